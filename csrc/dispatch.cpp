@@ -1,0 +1,227 @@
+// The C-level replacement of FakeTensorMode.__torch_dispatch__ and the cached
+// FakeTensor.device descriptor.
+#include "fastfake.h"
+
+#include <c10/core/impl/TorchDispatchModeTLS.h>
+#include <torch/csrc/Device.h>
+
+namespace fastfake {
+
+PyObject* call_stock_dispatch(
+    PyObject* mode,
+    PyObject* func,
+    PyObject* types,
+    PyObject* args,
+    PyObject* kwargs) {
+  PyObject* argv[5] = {mode, func, types, args, kwargs ? kwargs : Py_None};
+  bump(DispatchStock);
+  return PyObject_Vectorcall(g_py.stock_torch_dispatch, argv, kwargs ? 5 : 4, nullptr);
+}
+
+namespace {
+
+// Same bookkeeping as torch.utils._stats.count on the stock method, so that
+// "STATS: FakeTensorMode.__torch_dispatch__:N" lines keep counting every call.
+bool count_dispatch() {
+  PyObject* counter = g_py.simple_call_counter;
+  PyObject* key = g_py.s_dispatch_counter_key;
+  PyObject* cur = PyDict_GetItemWithError(counter, key); // borrowed
+  PyObject* next = nullptr;
+  if (cur == nullptr) {
+    if (PyErr_Occurred()) return false;
+    next = PyLong_FromLong(1);
+  } else {
+    static PyObject* one = PyLong_FromLong(1);
+    next = PyNumber_Add(cur, one);
+  }
+  if (next == nullptr) return false;
+  const int rc = PyObject_SetItem(counter, key, next); // OrderedDict-aware
+  Py_DECREF(next);
+  return rc == 0;
+}
+
+// torch.export's non-strict leak detector registers every FakeTensor from
+// FakeTensor.__init__; while it is on, stock builds all outputs.
+bool export_leak_tracking() {
+  PyObject* flag = g_py.compiler_dict
+      ? PyDict_GetItemWithError(g_py.compiler_dict, g_py.s_is_exporting_flag)
+      : nullptr;
+  if (flag != Py_True) {
+    PyErr_Clear();
+    return false;
+  }
+  PyObject* r = g_py.export_leak_check ? PyObject_CallNoArgs(g_py.export_leak_check) : nullptr;
+  if (r == nullptr) {
+    PyErr_Clear();
+    return true;
+  }
+  const bool on = r != Py_False;
+  Py_DECREF(r);
+  return on;
+}
+
+struct FastDispatch {
+  PyObject_HEAD
+  vectorcallfunc vectorcall;
+};
+
+PyObject* fast_dispatch_call(
+    PyObject* /*self*/,
+    PyObject* const* argv,
+    size_t nargsf,
+    PyObject* kwnames) {
+  const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+  bump(DispatchTotal);
+  if (kwnames != nullptr || nargs < 4 || nargs > 5 ||
+      c10::impl::TorchDispatchModeTLS::get_mode(c10::impl::TorchDispatchModeKey::FAKE)
+          .has_value()) {
+    bump(DispatchStock);
+    return PyObject_Vectorcall(g_py.stock_torch_dispatch, argv, nargsf, kwnames);
+  }
+  PyObject* mode = argv[0];
+  if (reinterpret_cast<PyObject*>(Py_TYPE(mode)) != g_py.fake_mode_type ||
+      export_leak_tracking()) {
+    // subclasses may override dispatch(); export's leak tracker hooks __init__
+    return call_stock_dispatch(mode, argv[1], argv[2], argv[3], nargs == 5 ? argv[4] : nullptr);
+  }
+  PyObject* func = argv[1];
+  PyObject* types = argv[2];
+  PyObject* args = argv[3];
+  PyObject* kwargs = nargs == 5 ? argv[4] : nullptr;
+
+  const uint64_t hits_before = g_stats[EwHit];
+  bool handled = false;
+  PyObject* r = try_elementwise(mode, func, types, args, kwargs, &handled);
+  if (handled) {
+    if (r != nullptr && g_stats[EwHit] != hits_before) {
+      // served from C++: keep stock's call counter, then optionally verify
+      if (!count_dispatch()) {
+        Py_DECREF(r);
+        return nullptr;
+      }
+      if (g_config.crosscheck && g_py.crosscheck_hook != nullptr) {
+        bump(CrossChecked);
+        PyObject* cargv[6] = {mode, func, types, args, kwargs ? kwargs : Py_None, r};
+        PyObject* ok = PyObject_Vectorcall(g_py.crosscheck_hook, cargv, 6, nullptr);
+        if (ok == nullptr) {
+          bump(CrossMismatch);
+          Py_DECREF(r);
+          return nullptr;
+        }
+        Py_DECREF(ok);
+      }
+    }
+    return r;
+  }
+  if (PyErr_Occurred()) {
+    return nullptr;
+  }
+  return call_stock_dispatch(mode, func, types, args, kwargs);
+}
+
+PyObject* fast_dispatch_descr_get(PyObject* self, PyObject* obj, PyObject* /*type*/) {
+  if (obj == nullptr || obj == Py_None) {
+    Py_INCREF(self);
+    return self;
+  }
+  return PyMethod_New(self, obj);
+}
+
+PyObject* fast_dispatch_tp_call(PyObject* self, PyObject* args, PyObject* kwargs) {
+  return PyVectorcall_Call(self, args, kwargs);
+}
+
+PyObject* fast_dispatch_repr(PyObject* /*self*/) {
+  return PyUnicode_FromString("<fastfake FakeTensorMode.__torch_dispatch__>");
+}
+
+PyTypeObject FastDispatchType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+// ---- FakeTensor.device ----
+struct DeviceDescr {
+  PyObject_HEAD
+  PyObject* stock; // the original property
+};
+
+void device_descr_dealloc(PyObject* self) {
+  Py_XDECREF(reinterpret_cast<DeviceDescr*>(self)->stock);
+  Py_TYPE(self)->tp_free(self);
+}
+
+PyObject* device_descr_get(PyObject* self, PyObject* obj, PyObject* type) {
+  PyObject* stock = reinterpret_cast<DeviceDescr*>(self)->stock;
+  if (obj == nullptr || obj == Py_None) {
+    // class access: hand out the stock property itself
+    Py_INCREF(stock);
+    return stock;
+  }
+  PyObject* mode = instance_attr(obj, g_py.s_fake_mode);
+  if (mode != nullptr) {
+    PyObject* in_kernel = instance_attr(mode, g_py.s_in_kernel_invocation);
+    if (in_kernel == Py_True) {
+      bump(DeviceFast);
+      Py_INCREF(g_py.meta_device);
+      return g_py.meta_device;
+    }
+    if (in_kernel == Py_False) {
+      PyObject* dev = instance_attr(obj, g_py.s_fake_device);
+      if (dev != nullptr) {
+        bump(DeviceFast);
+        Py_INCREF(dev);
+        return dev;
+      }
+    }
+  }
+  bump(DeviceStock);
+  return Py_TYPE(stock)->tp_descr_get(stock, obj, type);
+}
+
+int device_descr_set(PyObject* self, PyObject* obj, PyObject* value) {
+  PyObject* stock = reinterpret_cast<DeviceDescr*>(self)->stock;
+  return Py_TYPE(stock)->tp_descr_set(stock, obj, value);
+}
+
+PyTypeObject DeviceDescrType = {PyVarObject_HEAD_INIT(nullptr, 0)};
+
+} // namespace
+
+bool init_types() {
+  FastDispatchType.tp_name = "fastfake._C.FastDispatch";
+  FastDispatchType.tp_basicsize = sizeof(FastDispatch);
+  FastDispatchType.tp_flags =
+      Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR;
+  FastDispatchType.tp_vectorcall_offset = offsetof(FastDispatch, vectorcall);
+  FastDispatchType.tp_call = fast_dispatch_tp_call;
+  FastDispatchType.tp_descr_get = fast_dispatch_descr_get;
+  FastDispatchType.tp_repr = fast_dispatch_repr;
+  FastDispatchType.tp_new = nullptr;
+  FastDispatchType.tp_doc = "C-level FakeTensorMode.__torch_dispatch__ installed by fastfake.";
+  if (PyType_Ready(&FastDispatchType) < 0) return false;
+
+  DeviceDescrType.tp_name = "fastfake._C.DeviceDescriptor";
+  DeviceDescrType.tp_basicsize = sizeof(DeviceDescr);
+  DeviceDescrType.tp_flags = Py_TPFLAGS_DEFAULT;
+  DeviceDescrType.tp_dealloc = device_descr_dealloc;
+  DeviceDescrType.tp_descr_get = device_descr_get;
+  DeviceDescrType.tp_descr_set = device_descr_set;
+  DeviceDescrType.tp_doc = "C-level FakeTensor.device installed by fastfake.";
+  if (PyType_Ready(&DeviceDescrType) < 0) return false;
+  return true;
+}
+
+PyObject* new_fast_dispatch() {
+  auto* self = PyObject_New(FastDispatch, &FastDispatchType);
+  if (self == nullptr) return nullptr;
+  self->vectorcall = fast_dispatch_call;
+  return reinterpret_cast<PyObject*>(self);
+}
+
+PyObject* new_device_descriptor(PyObject* stock_property) {
+  auto* self = PyObject_New(DeviceDescr, &DeviceDescrType);
+  if (self == nullptr) return nullptr;
+  Py_INCREF(stock_property);
+  self->stock = stock_property;
+  return reinterpret_cast<PyObject*>(self);
+}
+
+} // namespace fastfake

@@ -1,0 +1,848 @@
+// The pointwise fast path.
+//
+// For an ATen overload tagged `pointwise`, the output of a FakeTensorMode call is
+// determined by:
+//   * shape:   broadcasting of the tensor operands (computed here);
+//   * strides: the TensorIterator rule (C++ structured meta kernels) or the
+//              torch._prims_common rule (Python reference meta kernels), both
+//              implemented here;
+//   * device:  stock's common-device rule with the CPU-scalar exception (here);
+//   * dtype:   type promotion, a pure function of the "signature" of the call
+//              (input dtypes, dims-are-zero, devices, Python scalar types and
+//              values, default dtype).
+//
+// The first call with a new signature is *admitted*: it runs the stock path,
+// learns the output dtype from it, checks which stride rule reproduces stock's
+// result exactly, and returns stock's own result. Later calls with that
+// signature are served from here. A signature whose stock call raised, or that
+// no rule reproduces, is rejected and always goes to stock; so errors are always
+// stock's own. The signature also carries the layout class of every operand
+// (contiguous / channels-last / dense / broadcast / size-0 / size-1), which is
+// what the stride rules branch on, so an admitted rule is only reused where it
+// was verified to apply.
+#include "fastfake.h"
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/ExpandUtils.h>
+#include <c10/core/Contiguity.h>
+#include <c10/core/DefaultDtype.h>
+#include <torch/csrc/Device.h>
+#include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <cstring>
+#include <memory>
+#include <unordered_map>
+
+namespace fastfake {
+
+namespace {
+
+struct ArgSpec {
+  PyObject* name = nullptr; // interned, owned
+  ArgKind kind = ArgKind::Tensor;
+  bool kwarg_only = false;
+  PyObject* dflt = nullptr; // owned; nullptr means required
+};
+
+enum RuleBits : uint8_t { kRuleTI = 1, kRuleRef = 2 };
+
+struct SigEntry {
+  int8_t state = 0; // 1 admitted, -1 rejected
+  at::ScalarType dtype = at::ScalarType::Undefined;
+  uint8_t rules = 0;
+};
+
+struct VecHash {
+  size_t operator()(const std::vector<int64_t>& v) const noexcept {
+    uint64_t h = 1469598103934665603ULL;
+    for (int64_t x : v) {
+      h ^= static_cast<uint64_t>(x) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    }
+    return static_cast<size_t>(h);
+  }
+};
+
+struct OpSpec {
+  PyObject* op = nullptr; // owned
+  std::string name;
+  bool inplace = false;
+  std::vector<ArgSpec> args;
+  std::unordered_map<std::vector<int64_t>, SigEntry, VecHash> sigs;
+  uint64_t hits = 0;
+  std::string last_mismatch;
+};
+
+std::unordered_map<PyObject*, std::unique_ptr<OpSpec>> g_ops;
+
+struct Operand {
+  PyObject* obj = nullptr; // FakeTensor, or the Python number for a wrapped scalar
+  const at::Tensor* t = nullptr; // null for wrapped scalars
+  PyObject* device = nullptr; // borrowed torch.device (fake device)
+};
+
+using Shape = c10::SmallVector<int64_t, 6>;
+
+// Signature tags.
+enum : int64_t {
+  kTagTensor = 1,
+  kTagWrapped = 2,
+  kTagScalar = 3,
+  kTagNone = 4,
+  kTagBool = 5,
+  kTagInt = 6,
+  kTagFloat = 7,
+  kTagComplex = 8,
+  kTagStr = 9,
+};
+
+int64_t float_bits(double d) {
+  int64_t bits;
+  static_assert(sizeof(bits) == sizeof(d));
+  std::memcpy(&bits, &d, sizeof(d));
+  return bits;
+}
+
+// Encodes a Python number; returns false for anything that is not exactly a
+// bool / int / float / complex (SymInt, numpy scalars, ...).
+bool encode_number(PyObject* v, std::vector<int64_t>& sig, Stat* why) {
+  if (PyBool_Check(v)) {
+    sig.push_back(kTagBool);
+    sig.push_back(v == Py_True);
+    return true;
+  }
+  if (PyLong_CheckExact(v)) {
+    int overflow = 0;
+    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
+    if (overflow != 0 || (x == -1 && PyErr_Occurred())) {
+      PyErr_Clear();
+      *why = EwFbArgType;
+      return false;
+    }
+    sig.push_back(kTagInt);
+    sig.push_back(x);
+    return true;
+  }
+  if (PyFloat_CheckExact(v)) {
+    sig.push_back(kTagFloat);
+    sig.push_back(float_bits(PyFloat_AS_DOUBLE(v)));
+    return true;
+  }
+  if (PyComplex_CheckExact(v)) {
+    sig.push_back(kTagComplex);
+    sig.push_back(float_bits(PyComplex_RealAsDouble(v)));
+    sig.push_back(float_bits(PyComplex_ImagAsDouble(v)));
+    return true;
+  }
+  const char* tn = Py_TYPE(v)->tp_name;
+  *why = (std::strncmp(tn, "Sym", 3) == 0 || std::strstr(tn, ".Sym") != nullptr)
+      ? EwFbSymScalar
+      : EwFbArgType;
+  return false;
+}
+
+// Layout-class flags of an operand (what the stride rules branch on).
+int64_t layout_flags(const at::Tensor& t, at::IntArrayRef out_shape, const at::Tensor* prev) {
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  int64_t f = 0;
+  if (impl->is_contiguous(at::MemoryFormat::Contiguous)) f |= 1;
+  if (impl->is_contiguous(at::MemoryFormat::ChannelsLast)) f |= 2;
+  if (impl->is_contiguous(at::MemoryFormat::ChannelsLast3d)) f |= 4;
+  if (impl->is_non_overlapping_and_dense()) f |= 8;
+  bool size0 = false, size1 = false, stride0 = false;
+  const auto sizes = impl->sizes();
+  const auto strides = impl->strides();
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    size0 |= sizes[i] == 0;
+    size1 |= sizes[i] == 1;
+    stride0 |= strides[i] == 0;
+  }
+  if (size0) f |= 16;
+  if (size1) f |= 32;
+  if (stride0) f |= 64;
+  if (sizes.equals(out_shape)) f |= 128;
+  if (prev != nullptr && prev->strides().equals(strides)) f |= 256;
+  return f;
+}
+
+// Strides of `t` broadcast to `shape` (0 on missing and broadcast dims), as
+// TensorIterator::compute_strides and torch's expand() produce them.
+Shape broadcast_strides(const at::Tensor* t, at::IntArrayRef shape) {
+  const size_t ndim = shape.size();
+  Shape out(ndim, 0);
+  if (t == nullptr) {
+    return out;
+  }
+  const auto sizes = t->sizes();
+  const auto strides = t->strides();
+  const size_t offset = ndim - sizes.size();
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    out[offset + i] = (sizes[i] == 1 && shape[offset + i] != 1) ? 0 : strides[i];
+  }
+  return out;
+}
+
+// TensorIterator's reorder_dimensions() comparator and insertion sort. Returns
+// perm with perm[0] the fastest-moving dimension.
+Shape sort_dims(const std::vector<Shape>& strides, at::IntArrayRef shape) {
+  const int64_t ndim = static_cast<int64_t>(shape.size());
+  Shape perm(ndim);
+  for (int64_t i = 0; i < ndim; ++i) {
+    perm[i] = ndim - 1 - i;
+  }
+  auto should_swap = [&](int64_t dim0, int64_t dim1) -> int {
+    for (const auto& s : strides) {
+      const int64_t s0 = s[dim0], s1 = s[dim1];
+      if (s0 == 0 || s1 == 0) {
+        continue;
+      }
+      if (s0 < s1) return -1;
+      if (s0 > s1) return 1;
+      if (shape[dim0] > shape[dim1]) return 1;
+    }
+    return 0;
+  };
+  for (int64_t i = 1; i < ndim; ++i) {
+    int64_t dim1 = i;
+    for (int64_t dim0 = i - 1; dim0 >= 0; --dim0) {
+      const int c = should_swap(perm[dim0], perm[dim1]);
+      if (c > 0) {
+        std::swap(perm[dim0], perm[dim1]);
+        dim1 = dim0;
+      } else if (c < 0) {
+        break;
+      }
+    }
+  }
+  return perm;
+}
+
+struct OutLayout {
+  enum Kind { Contiguous, ChannelsLast, Strided } kind = Contiguous;
+  Shape strides;
+};
+
+// TensorIterator (functional op, output allocated by the iterator).
+bool ti_layout(const std::vector<Operand>& ops, at::IntArrayRef shape, OutLayout& out) {
+  // compute_shape(): all_ops_same_shape_
+  bool has_scalars = false, has_tensors = false, same = true;
+  bool first = true;
+  at::IntArrayRef shape0;
+  for (const auto& op : ops) {
+    at::IntArrayRef s = op.t ? op.t->sizes() : at::IntArrayRef();
+    if (s.empty()) has_scalars = true; else has_tensors = true;
+    if (has_scalars && has_tensors) same = false;
+    if (first || shape0.empty()) {
+      shape0 = s;
+      first = false;
+    } else if (!s.equals(shape0)) {
+      same = false;
+    }
+  }
+  if (same) {
+    bool contig = true, cl = true, nod = true;
+    for (const auto& op : ops) {
+      if (op.t == nullptr) {
+        cl = false; // a 0-dim wrapped number is contiguous, dense, not channels-last
+        continue;
+      }
+      const auto* impl = op.t->unsafeGetTensorImpl();
+      contig &= impl->is_contiguous(at::MemoryFormat::Contiguous);
+      cl &= impl->is_contiguous(at::MemoryFormat::ChannelsLast);
+      nod &= impl->is_non_overlapping_and_dense();
+    }
+    if (contig) {
+      out.kind = OutLayout::Contiguous;
+      return true;
+    }
+    if (cl) {
+      out.kind = OutLayout::ChannelsLast;
+      return true;
+    }
+    if (nod) {
+      // NON_OVERLAPPING_DENSE: every operand has the same strides; the output takes them.
+      const at::IntArrayRef ref = ops.back().t ? ops.back().t->strides() : at::IntArrayRef();
+      bool equal = true;
+      for (const auto& op : ops) {
+        const at::IntArrayRef st = op.t ? op.t->strides() : at::IntArrayRef();
+        if (!st.equals(ref)) {
+          equal = false;
+          break;
+        }
+      }
+      if (equal) {
+        out.kind = OutLayout::Strided;
+        out.strides.assign(ref.begin(), ref.end());
+        return true;
+      }
+    }
+  }
+  const int64_t ndim = static_cast<int64_t>(shape.size());
+  if (ndim <= 1) {
+    out.kind = OutLayout::Contiguous;
+    return true;
+  }
+  std::vector<Shape> strides;
+  strides.reserve(ops.size());
+  for (const auto& op : ops) {
+    strides.push_back(broadcast_strides(op.t, shape));
+  }
+  const Shape perm = sort_dims(strides, shape);
+  bool inverted = true;
+  for (int64_t j = 0; j < ndim; ++j) {
+    if (perm[j] != ndim - j - 1) {
+      inverted = false;
+      break;
+    }
+  }
+  if (inverted) {
+    out.kind = OutLayout::Contiguous;
+    return true;
+  }
+  // compatible_stride() over the permuted shape (no max(size, 1)), then invert.
+  out.kind = OutLayout::Strided;
+  out.strides.assign(ndim, 0);
+  int64_t next = 1;
+  for (int64_t d = 0; d < ndim; ++d) {
+    out.strides[perm[d]] = next;
+    next *= shape[perm[d]];
+  }
+  return true;
+}
+
+// torch._prims_common.compute_elementwise_output_strides over the operands
+// broadcast to `shape` (Python reference meta kernels).
+bool ref_layout(const std::vector<Operand>& ops, at::IntArrayRef shape, OutLayout& out) {
+  const int64_t ndim = static_cast<int64_t>(shape.size());
+  std::vector<Shape> strides;
+  for (const auto& op : ops) {
+    if (op.t != nullptr) {
+      strides.push_back(broadcast_strides(op.t, shape));
+    }
+  }
+  if (strides.empty() || ndim == 0) {
+    out.kind = OutLayout::Contiguous;
+    return true;
+  }
+  if (ndim == 1) {
+    out.kind = OutLayout::Strided;
+    out.strides.assign(1, 1);
+    return true;
+  }
+  int64_t numel = 1;
+  for (int64_t s : shape) numel *= s;
+  if (strides.size() == 1) {
+    const Shape& st = strides[0];
+    if (c10::_compute_non_overlapping_and_dense<int64_t>(shape, st)) {
+      out.kind = OutLayout::Strided;
+      out.strides = st;
+      return true;
+    }
+    out.kind = OutLayout::Strided;
+    const auto inferred = at::infer_dense_strides(shape, st);
+    out.strides.assign(inferred.begin(), inferred.end());
+    return true;
+  }
+  bool contig = true, cl = true;
+  for (const auto& st : strides) {
+    contig &= c10::_compute_contiguous<int64_t>(shape, st, numel);
+    cl &= ndim == 4 && c10::_compute_channels_last_contiguous_2d<int64_t>(shape, st);
+  }
+  Shape l2p; // logical to physical, outermost first
+  if (contig && !cl) {
+    out.kind = OutLayout::Contiguous;
+    return true;
+  }
+  if (cl && !contig) {
+    l2p.push_back(0);
+    for (int64_t d = 2; d < ndim; ++d) l2p.push_back(d);
+    l2p.push_back(1);
+  } else {
+    const Shape perm = sort_dims(strides, shape); // innermost first
+    for (int64_t d = ndim - 1; d >= 0; --d) l2p.push_back(perm[d]);
+  }
+  // make_contiguous_strides_for(permuted shape), with max(size, 1), back to logical.
+  out.kind = OutLayout::Strided;
+  out.strides.assign(ndim, 0);
+  int64_t mult = 1;
+  for (int64_t d = ndim - 1; d >= 0; --d) {
+    out.strides[l2p[d]] = mult;
+    mult *= std::max<int64_t>(shape[l2p[d]], 1);
+  }
+  return true;
+}
+
+at::Tensor allocate(const OutLayout& l, at::IntArrayRef shape, at::ScalarType dtype) {
+  switch (l.kind) {
+    case OutLayout::Contiguous:
+      return at::detail::empty_meta(
+          shape, dtype, std::nullopt, std::nullopt, std::nullopt, at::MemoryFormat::Contiguous);
+    case OutLayout::ChannelsLast:
+      return at::detail::empty_meta(
+          shape, dtype, std::nullopt, std::nullopt, std::nullopt, at::MemoryFormat::ChannelsLast);
+    case OutLayout::Strided:
+    default:
+      return at::detail::empty_strided_meta(shape, l.strides, dtype);
+  }
+}
+
+PyObject* build_output(
+    PyObject* mode,
+    uint8_t rule,
+    const std::vector<Operand>& ops,
+    at::IntArrayRef shape,
+    at::ScalarType dtype,
+    PyObject* device) {
+  OutLayout l;
+  const bool ok = rule == kRuleTI ? ti_layout(ops, shape, l) : ref_layout(ops, shape, l);
+  if (!ok) {
+    return nullptr;
+  }
+  return make_fake_tensor(mode, allocate(l, shape, dtype), device);
+}
+
+const c10::Device& dev_of(PyObject* device) {
+  return reinterpret_cast<THPDevice*>(device)->device;
+}
+
+} // namespace
+
+void register_elementwise(
+    PyObject* op,
+    const std::string& name,
+    bool inplace,
+    const std::vector<std::tuple<std::string, int, bool, PyObject*>>& args) {
+  auto spec = std::make_unique<OpSpec>();
+  Py_INCREF(op);
+  spec->op = op;
+  spec->name = name;
+  spec->inplace = inplace;
+  for (const auto& [aname, kind, kwarg_only, dflt] : args) {
+    ArgSpec a;
+    a.name = PyUnicode_InternFromString(aname.c_str());
+    a.kind = static_cast<ArgKind>(kind);
+    a.kwarg_only = kwarg_only;
+    if (dflt != nullptr) {
+      Py_INCREF(dflt);
+    }
+    a.dflt = dflt;
+    spec->args.push_back(a);
+  }
+  auto it = g_ops.find(op);
+  if (it != g_ops.end()) {
+    for (auto& a : it->second->args) {
+      Py_XDECREF(a.name);
+      Py_XDECREF(a.dflt);
+    }
+    Py_XDECREF(it->second->op);
+  }
+  g_ops[op] = std::move(spec);
+}
+
+void clear_elementwise() {
+  for (auto& [k, spec] : g_ops) {
+    for (auto& a : spec->args) {
+      Py_XDECREF(a.name);
+      Py_XDECREF(a.dflt);
+    }
+    Py_XDECREF(spec->op);
+  }
+  g_ops.clear();
+}
+
+bool is_elementwise_registered(PyObject* op) {
+  return g_ops.count(op) != 0;
+}
+
+PyObject* elementwise_report() {
+  PyObject* out = PyDict_New();
+  if (out == nullptr) return nullptr;
+  for (auto& [k, spec] : g_ops) {
+    int64_t admitted = 0, rejected = 0;
+    for (auto& [key, e] : spec->sigs) {
+      (e.state > 0 ? admitted : rejected) += 1;
+    }
+    PyObject* v = Py_BuildValue(
+        "{s:L,s:L,s:K,s:s,s:O}",
+        "admitted", (long long)admitted,
+        "rejected", (long long)rejected,
+        "hits", (unsigned long long)spec->hits,
+        "last_mismatch", spec->last_mismatch.c_str(),
+        "inplace", spec->inplace ? Py_True : Py_False);
+    if (v == nullptr || PyDict_SetItemString(out, spec->name.c_str(), v) < 0) {
+      Py_XDECREF(v);
+      Py_DECREF(out);
+      return nullptr;
+    }
+    Py_DECREF(v);
+  }
+  return out;
+}
+
+PyObject* try_elementwise(
+    PyObject* mode,
+    PyObject* func,
+    PyObject* types,
+    PyObject* args,
+    PyObject* kwargs,
+    bool* handled) {
+  *handled = false;
+  auto it = g_ops.find(func);
+  if (it == g_ops.end()) {
+    return nullptr;
+  }
+  OpSpec& spec = *it->second;
+  auto fallback = [&](Stat s) -> PyObject* {
+    bump(s);
+    return nullptr;
+  };
+  if (!g_config.elementwise) {
+    return fallback(EwFbDisabled);
+  }
+
+  // Mode state that changes what stock does.
+  PyObject* in_kernel = instance_attr(mode, g_py.s_in_kernel_invocation);
+  PyObject* prop_real = instance_attr(mode, g_py.s_propagate_real_tensors);
+  if ((in_kernel != nullptr && in_kernel != Py_False) ||
+      (prop_real != nullptr && prop_real != Py_False)) {
+    return fallback(EwFbModeState);
+  }
+
+  // ---- parse arguments against the schema ----
+  if (!PyTuple_Check(args)) {
+    return fallback(EwFbArgs);
+  }
+  const Py_ssize_t nargs = PyTuple_GET_SIZE(args);
+  const size_t nspec = spec.args.size();
+  if (static_cast<size_t>(nargs) > nspec) {
+    return fallback(EwFbArgs);
+  }
+  Py_ssize_t nkw = 0;
+  if (kwargs != nullptr && kwargs != Py_None) {
+    if (!PyDict_Check(kwargs)) {
+      return fallback(EwFbArgs);
+    }
+    nkw = PyDict_GET_SIZE(kwargs);
+  }
+
+  std::vector<int64_t> sig;
+  sig.reserve(8 + 12 * nspec);
+  sig.push_back(static_cast<int64_t>(c10::typeMetaToScalarType(c10::get_default_dtype())));
+
+  std::vector<Operand> ops;
+  ops.reserve(4);
+  Py_ssize_t kw_used = 0;
+  Stat why = EwFbArgType;
+  for (size_t i = 0; i < nspec; ++i) {
+    const ArgSpec& a = spec.args[i];
+    PyObject* v = nullptr;
+    if (static_cast<Py_ssize_t>(i) < nargs) {
+      v = PyTuple_GET_ITEM(args, i);
+    } else if (nkw > 0 && (v = PyDict_GetItemWithError(kwargs, a.name)) != nullptr) {
+      ++kw_used;
+    } else {
+      if (PyErr_Occurred()) {
+        PyErr_Clear();
+        return fallback(EwFbArgs);
+      }
+      v = a.dflt;
+      if (v == nullptr) {
+        return fallback(EwFbArgs);
+      }
+    }
+    switch (a.kind) {
+      case ArgKind::Tensor:
+      case ArgKind::OptTensor: {
+        if (v == Py_None) {
+          if (a.kind != ArgKind::OptTensor) return fallback(EwFbArgType);
+          sig.push_back(kTagNone);
+          break;
+        }
+        if (is_fake_exact(v)) {
+          if (instance_attr(v, g_py.s_fake_mode) != mode) {
+            return fallback(EwFbOtherMode);
+          }
+          PyObject* constant = instance_attr(v, g_py.s_constant);
+          if (constant != nullptr && constant != Py_None) {
+            return fallback(EwFbConstant);
+          }
+          const at::Tensor& t = THPVariable_Unpack(v);
+          const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+          if (impl->has_symbolic_sizes_strides()) {
+            return fallback(EwFbSymbolic);
+          }
+          if (impl->layout() != at::kStrided || impl->is_quantized() || impl->is_nested()) {
+            return fallback(EwFbLayout);
+          }
+          if (impl->is_conj() || impl->is_neg()) {
+            return fallback(EwFbConjNeg);
+          }
+          PyObject* dev = instance_attr(v, g_py.s_fake_device);
+          if (dev == nullptr || !THPDevice_Check(dev)) {
+            return fallback(EwFbArgType);
+          }
+          Operand op;
+          op.obj = v;
+          op.t = &t;
+          op.device = dev;
+          ops.push_back(op);
+          break;
+        }
+        if (THPVariable_Check(v)) {
+          return fallback(EwFbNonFake);
+        }
+        // A Python number in a Tensor slot: stock wraps it as a CPU scalar.
+        sig.push_back(kTagWrapped);
+        if (!encode_number(v, sig, &why)) {
+          return fallback(why);
+        }
+        Operand op;
+        op.obj = v;
+        ops.push_back(op);
+        break;
+      }
+      case ArgKind::Scalar:
+      case ArgKind::OptScalar:
+        if (v == Py_None) {
+          if (a.kind != ArgKind::OptScalar) return fallback(EwFbArgType);
+          sig.push_back(kTagNone);
+          break;
+        }
+        sig.push_back(kTagScalar);
+        if (!encode_number(v, sig, &why)) {
+          return fallback(why);
+        }
+        break;
+      case ArgKind::Bool:
+      case ArgKind::OptBool:
+      case ArgKind::Int:
+      case ArgKind::OptInt:
+      case ArgKind::Float:
+      case ArgKind::OptFloat:
+        if (v == Py_None) {
+          if (a.kind == ArgKind::Bool || a.kind == ArgKind::Int || a.kind == ArgKind::Float) {
+            return fallback(EwFbArgType);
+          }
+          sig.push_back(kTagNone);
+          break;
+        }
+        if (!encode_number(v, sig, &why)) {
+          return fallback(why);
+        }
+        break;
+      case ArgKind::Str:
+      case ArgKind::OptStr: {
+        if (v == Py_None) {
+          if (a.kind != ArgKind::OptStr) return fallback(EwFbArgType);
+          sig.push_back(kTagNone);
+          break;
+        }
+        if (!PyUnicode_CheckExact(v)) {
+          return fallback(EwFbArgType);
+        }
+        Py_ssize_t len = 0;
+        const char* s = PyUnicode_AsUTF8AndSize(v, &len);
+        if (s == nullptr) {
+          PyErr_Clear();
+          return fallback(EwFbArgType);
+        }
+        sig.push_back(kTagStr);
+        sig.push_back(len);
+        int64_t chunk = 0;
+        for (Py_ssize_t c = 0; c < len; ++c) {
+          chunk = (chunk << 8) | static_cast<unsigned char>(s[c]);
+          if ((c & 7) == 7) {
+            sig.push_back(chunk);
+            chunk = 0;
+          }
+        }
+        sig.push_back(chunk);
+        break;
+      }
+    }
+  }
+  if (kw_used != nkw) {
+    return fallback(EwFbArgs);
+  }
+
+  // ---- broadcast shape ----
+  Shape shape;
+  bool any_tensor = false;
+  for (const auto& op : ops) {
+    if (op.t == nullptr) continue;
+    any_tensor = true;
+    const auto s = op.t->sizes();
+    if (s.size() > shape.size()) {
+      shape.insert(shape.begin(), s.size() - shape.size(), 1);
+    }
+    const size_t off = shape.size() - s.size();
+    for (size_t d = 0; d < s.size(); ++d) {
+      int64_t& o = shape[off + d];
+      if (o == s[d] || s[d] == 1) continue;
+      if (o == 1) {
+        o = s[d];
+        continue;
+      }
+      return fallback(EwFbBroadcast);
+    }
+  }
+  if (!any_tensor) {
+    return fallback(EwFbNoTensor);
+  }
+
+  // ---- common device (FakeTensor._find_common_device) ----
+  PyObject* common = nullptr;
+  bool common_cpu0 = false;
+  for (const auto& op : ops) {
+    if (op.t == nullptr) continue;
+    const c10::Device& d = dev_of(op.device);
+    const bool cpu0 = d.is_cpu() && op.t->dim() == 0;
+    if (common == nullptr) {
+      common = op.device;
+      common_cpu0 = cpu0;
+      continue;
+    }
+    if (d == dev_of(common)) {
+      if (common_cpu0) common_cpu0 = cpu0;
+      continue;
+    }
+    if (cpu0) continue;
+    if (common_cpu0) {
+      common = op.device;
+      common_cpu0 = cpu0;
+      continue;
+    }
+    return fallback(EwFbDevice);
+  }
+
+  // ---- signature: layout class and device of every tensor operand ----
+  const at::Tensor* prev = nullptr;
+  for (const auto& op : ops) {
+    if (op.t == nullptr) continue;
+    const c10::Device& d = dev_of(op.device);
+    sig.push_back(kTagTensor);
+    sig.push_back(static_cast<int64_t>(op.t->scalar_type()));
+    sig.push_back((static_cast<int64_t>(d.type()) << 8) | (d.index() + 1));
+    sig.push_back(op.t->dim());
+    sig.push_back(layout_flags(*op.t, shape, prev));
+    prev = op.t;
+  }
+
+  // ---- in-place: result is `self`, after stock's shape / overlap checks ----
+  PyObject* self_obj = nullptr;
+  if (spec.inplace) {
+    const Operand& self = ops.front();
+    if (self.t == nullptr || self.obj != PyTuple_GET_ITEM(args, 0)) {
+      return fallback(EwFbArgs);
+    }
+    if (!self.t->sizes().equals(shape)) {
+      return fallback(EwFbInplaceShape);
+    }
+    const auto* simpl = self.t->unsafeGetTensorImpl();
+    if (!simpl->is_non_overlapping_and_dense()) {
+      // may have internal overlap: let stock decide
+      const auto ss = simpl->strides();
+      const auto sz = simpl->sizes();
+      for (size_t d = 0; d < ss.size(); ++d) {
+        if (ss[d] == 0 && sz[d] > 1) {
+          return fallback(EwFbInplaceOverlap);
+        }
+      }
+    }
+    const auto* sst = simpl->storage().unsafeGetStorageImpl();
+    for (size_t k = 1; k < ops.size(); ++k) {
+      if (ops[k].t == nullptr) continue;
+      if (ops[k].t->unsafeGetTensorImpl() == simpl) continue;
+      if (ops[k].t->unsafeGetTensorImpl()->storage().unsafeGetStorageImpl() == sst) {
+        return fallback(EwFbInplaceOverlap);
+      }
+    }
+    self_obj = self.obj;
+  }
+
+  // ---- learned signature ----
+  auto sit = spec.sigs.find(sig);
+  if (sit != spec.sigs.end()) {
+    const SigEntry& e = sit->second;
+    if (e.state < 0) {
+      return fallback(EwFbRejected);
+    }
+    *handled = true;
+    ++spec.hits;
+    bump(EwHit);
+    if (spec.inplace) {
+      Py_INCREF(self_obj);
+      return self_obj;
+    }
+    const uint8_t rule = (e.rules & kRuleTI) ? kRuleTI : kRuleRef;
+    at::ScalarType dtype = e.dtype;
+    if (g_config.inject_fault > 0) {
+      --g_config.inject_fault;
+      dtype = dtype == at::kFloat ? at::kDouble : at::kFloat;
+    }
+    return build_output(mode, rule, ops, shape, dtype, common);
+  }
+  if (spec.sigs.size() >= g_config.max_signatures_per_op) {
+    return fallback(EwFbSigLimit);
+  }
+
+  // ---- admission: run stock once, learn dtype, verify the stride rules ----
+  *handled = true;
+  PyObject* stock = call_stock_dispatch(mode, func, types, args, kwargs);
+  SigEntry entry;
+  if (stock == nullptr) {
+    entry.state = -1;
+    spec.sigs.emplace(std::move(sig), entry);
+    bump(EwRejectError);
+    return nullptr; // stock's own error propagates
+  }
+  if (spec.inplace) {
+    if (stock == self_obj) {
+      entry.state = 1;
+      bump(EwAdmit);
+    } else {
+      entry.state = -1;
+      spec.last_mismatch = "in-place result is not self";
+      bump(EwRejectMismatch);
+    }
+    spec.sigs.emplace(std::move(sig), entry);
+    return stock;
+  }
+  if (!is_fake_exact(stock)) {
+    entry.state = -1;
+    spec.last_mismatch = std::string("result type ") + Py_TYPE(stock)->tp_name;
+    spec.sigs.emplace(std::move(sig), entry);
+    bump(EwRejectMismatch);
+    return stock;
+  }
+  entry.dtype = THPVariable_Unpack(stock).scalar_type();
+  std::string why_not;
+  for (uint8_t rule : {kRuleTI, kRuleRef}) {
+    PyObject* cand = build_output(mode, rule, ops, shape, entry.dtype, common);
+    if (cand == nullptr) {
+      if (PyErr_Occurred()) {
+        PyErr_Clear();
+      }
+      continue;
+    }
+    const std::string diff = compare_fake(cand, stock);
+    Py_DECREF(cand);
+    if (diff.empty()) {
+      entry.rules |= rule;
+    } else if (why_not.empty()) {
+      why_not = diff;
+    }
+  }
+  if (entry.rules != 0) {
+    entry.state = 1;
+    bump(EwAdmit);
+  } else {
+    entry.state = -1;
+    spec.last_mismatch = why_not;
+    bump(EwRejectMismatch);
+  }
+  spec.sigs.emplace(std::move(sig), entry);
+  return stock;
+}
+
+} // namespace fastfake

@@ -1,0 +1,154 @@
+// Inspecting and building FakeTensor Python objects from C++.
+#include "fastfake.h"
+
+#include <ATen/EmptyTensor.h>
+#include <c10/core/StorageImpl.h>
+#include <torch/csrc/Device.h>
+#include <torch/csrc/DynamicTypes.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <sstream>
+
+namespace fastfake {
+
+PyObject* instance_attr(PyObject* obj, PyObject* name) {
+  PyObject** dictptr = _PyObject_GetDictPtr(obj);
+  if (dictptr == nullptr || *dictptr == nullptr) {
+    return nullptr;
+  }
+  return PyDict_GetItemWithError(*dictptr, name); // borrowed; name is a str so no error
+}
+
+PyObject* make_fake_tensor(PyObject* mode, at::Tensor elem, PyObject* device) {
+  // Mirrors FakeTensor.__new__ -> Tensor._make_subclass(cls, elem, requires_grad,
+  // dispatch_device=True, device_for_backend_keys=device) on a fresh meta tensor.
+  c10::TensorImpl* impl = elem.unsafeGetTensorImpl();
+  impl->set_allow_tensor_metadata_change(true);
+  impl->set_python_custom_device(true);
+  impl->_change_backend_component_keys(reinterpret_cast<THPDevice*>(device)->device);
+  // THPVariable_NewWithVar does this for classes defining __torch_dispatch__.
+  impl->set_python_dispatch(true);
+
+  PyObject* allow_unsafe = instance_attr(mode, g_py.s_allow_unsafe_data_ptr_access);
+  const bool allow = allow_unsafe != nullptr && PyObject_IsTrue(allow_unsafe) == 1;
+  c10::StorageImpl* storage = impl->storage().unsafeGetStorageImpl();
+  if (!allow) {
+    storage->set_throw_on_mutable_data_ptr();
+  } else {
+    storage->set_warn_deprecated_on_mutable_data_ptr();
+  }
+
+  PyObject* obj = THPVariable_Wrap(elem, g_py.fake_tensor_type);
+  if (obj == nullptr) {
+    return nullptr;
+  }
+  PyObject* d = PyDict_Copy(g_py.fake_dict_template);
+  if (d == nullptr || PyDict_SetItem(d, g_py.s_fake_device, device) < 0 ||
+      PyDict_SetItem(d, g_py.s_fake_mode, mode) < 0 ||
+      PyObject_GenericSetDict(obj, d, nullptr) < 0) {
+    Py_XDECREF(d);
+    Py_DECREF(obj);
+    return nullptr;
+  }
+  Py_DECREF(d);
+  return obj;
+}
+
+namespace {
+
+template <typename T>
+std::string fmt(const T& v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
+std::string device_str(PyObject* t) {
+  PyObject* d = instance_attr(t, g_py.s_fake_device);
+  if (d == nullptr || !THPDevice_Check(d)) {
+    return "<none>";
+  }
+  return reinterpret_cast<THPDevice*>(d)->device.str();
+}
+
+} // namespace
+
+std::string compare_fake(PyObject* a, PyObject* b) {
+  if (a == b) {
+    return "";
+  }
+  const bool ta = THPVariable_Check(a);
+  const bool tb = THPVariable_Check(b);
+  if (ta != tb) {
+    return "kind: tensor vs non-tensor";
+  }
+  if (!ta) {
+    if (a == Py_None || b == Py_None) {
+      return a == b ? "" : "value: None vs non-None";
+    }
+    const int eq = PyObject_RichCompareBool(a, b, Py_EQ);
+    if (eq < 0) {
+      PyErr_Clear();
+      return "value: not comparable";
+    }
+    return eq ? "" : "value";
+  }
+  if (Py_TYPE(a) != Py_TYPE(b)) {
+    return std::string("type: ") + Py_TYPE(a)->tp_name + " vs " + Py_TYPE(b)->tp_name;
+  }
+  const at::Tensor& x = THPVariable_Unpack(a);
+  const at::Tensor& y = THPVariable_Unpack(b);
+  if (x.layout() != y.layout()) {
+    return "layout: " + fmt(x.layout()) + " vs " + fmt(y.layout());
+  }
+  if (x.scalar_type() != y.scalar_type()) {
+    return "dtype: " + fmt(x.scalar_type()) + " vs " + fmt(y.scalar_type());
+  }
+  if (!x.sym_sizes().equals(y.sym_sizes())) {
+    return "sizes: " + fmt(x.sym_sizes()) + " vs " + fmt(y.sym_sizes());
+  }
+  if (x.layout() == at::kStrided) {
+    if (!x.sym_strides().equals(y.sym_strides())) {
+      return "strides: " + fmt(x.sym_strides()) + " vs " + fmt(y.sym_strides());
+    }
+    if (x.sym_storage_offset() != y.sym_storage_offset()) {
+      return "storage_offset: " + fmt(x.sym_storage_offset()) + " vs " +
+          fmt(y.sym_storage_offset());
+    }
+    const auto& sa = x.unsafeGetTensorImpl()->storage();
+    const auto& sb = y.unsafeGetTensorImpl()->storage();
+    if (sa.sym_nbytes() != sb.sym_nbytes()) {
+      return "storage_nbytes: " + fmt(sa.sym_nbytes()) + " vs " + fmt(sb.sym_nbytes());
+    }
+  }
+  if (is_fake_exact(a)) {
+    const std::string da = device_str(a), db = device_str(b);
+    if (da != db) {
+      return "device: " + da + " vs " + db;
+    }
+    if (instance_attr(a, g_py.s_fake_mode) != instance_attr(b, g_py.s_fake_mode)) {
+      return "fake_mode: different modes";
+    }
+  }
+  if (x.device() != y.device()) {
+    return "underlying device: " + x.device().str() + " vs " + y.device().str();
+  }
+  if (x.requires_grad() != y.requires_grad()) {
+    return "requires_grad: " + fmt(x.requires_grad()) + " vs " + fmt(y.requires_grad());
+  }
+  if (x.is_conj() != y.is_conj()) {
+    return "is_conj";
+  }
+  if (x.is_neg() != y.is_neg()) {
+    return "is_neg";
+  }
+  if (x.is_inference() != y.is_inference()) {
+    return "is_inference";
+  }
+  if (x.key_set() != y.key_set()) {
+    return "dispatch keys: " + fmt(x.key_set()) + " vs " + fmt(y.key_set());
+  }
+  return "";
+}
+
+} // namespace fastfake

@@ -1,0 +1,183 @@
+// fastfake: shared declarations of the C++ extension.
+//
+// One translation unit per concern:
+//   stats.cpp        cheap counters behind fastfake.stats()
+//   fake.cpp         inspecting and building FakeTensor Python objects
+//   elementwise.cpp  the pointwise fast path (shape / stride / dtype / device)
+//   dispatch.cpp     the C-level FakeTensorMode.__torch_dispatch__ and device descriptor
+//   module.cpp       pybind11 bindings
+#pragma once
+
+#include <Python.h>
+
+#include <ATen/ATen.h>
+#include <c10/util/SmallVector.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fastfake {
+
+// ---------------------------------------------------------------------------
+// Counters. Names are the dotted keys of fastfake.stats().
+// ---------------------------------------------------------------------------
+#define FASTFAKE_FOR_EACH_STAT(_)                                   \
+  _(DispatchTotal, "dispatch.total")                                \
+  _(DispatchStock, "dispatch.stock")                                \
+  _(EwHit, "elementwise.hit")                                       \
+  _(EwAdmit, "elementwise.admit")                                   \
+  _(EwRejectError, "elementwise.reject.stock_error")                \
+  _(EwRejectMismatch, "elementwise.reject.rule_mismatch")           \
+  _(EwFbDisabled, "elementwise.fallback.disabled")                  \
+  _(EwFbArgs, "elementwise.fallback.arguments")                     \
+  _(EwFbArgType, "elementwise.fallback.argument_type")              \
+  _(EwFbNonFake, "elementwise.fallback.non_fake_tensor")            \
+  _(EwFbOtherMode, "elementwise.fallback.other_fake_mode")          \
+  _(EwFbConstant, "elementwise.fallback.constant")                  \
+  _(EwFbSymbolic, "elementwise.fallback.symbolic_shape")            \
+  _(EwFbSymScalar, "elementwise.fallback.symbolic_scalar")          \
+  _(EwFbLayout, "elementwise.fallback.layout")                      \
+  _(EwFbConjNeg, "elementwise.fallback.conj_neg")                   \
+  _(EwFbModeState, "elementwise.fallback.mode_state")               \
+  _(EwFbNoTensor, "elementwise.fallback.no_tensor")                 \
+  _(EwFbBroadcast, "elementwise.fallback.broadcast_error")          \
+  _(EwFbInplaceShape, "elementwise.fallback.inplace_shape")         \
+  _(EwFbInplaceOverlap, "elementwise.fallback.inplace_overlap")     \
+  _(EwFbDevice, "elementwise.fallback.device_mix")                  \
+  _(EwFbRejected, "elementwise.fallback.rejected_signature")        \
+  _(EwFbSigLimit, "elementwise.fallback.signature_limit")           \
+  _(CrossChecked, "crosscheck.checked")                             \
+  _(CrossMismatch, "crosscheck.mismatch")                           \
+  _(DeviceFast, "device.fast")                                      \
+  _(DeviceStock, "device.stock")
+
+enum Stat : int {
+#define FASTFAKE_ENUM(e, s) e,
+  FASTFAKE_FOR_EACH_STAT(FASTFAKE_ENUM)
+#undef FASTFAKE_ENUM
+      kNumStats
+};
+
+extern uint64_t g_stats[kNumStats];
+inline void bump(Stat s) {
+  ++g_stats[s];
+}
+const char* stat_name(int s);
+void reset_stats();
+
+// ---------------------------------------------------------------------------
+// Global switches (set by fastfake.install / enabled).
+// ---------------------------------------------------------------------------
+struct Config {
+  bool elementwise = false;
+  bool crosscheck = false;
+  // Maximum number of learned signatures per elementwise op.
+  size_t max_signatures_per_op = 1024;
+  // Testing only: corrupt the dtype of the next N fast results.
+  int inject_fault = 0;
+};
+extern Config g_config;
+
+// ---------------------------------------------------------------------------
+// Python objects the extension needs (set once by _C.setup()).
+// ---------------------------------------------------------------------------
+struct PyRefs {
+  PyTypeObject* fake_tensor_type = nullptr; // torch._subclasses.fake_tensor.FakeTensor
+  PyObject* fake_mode_type = nullptr; // FakeTensorMode
+  PyObject* stock_torch_dispatch = nullptr; // original FakeTensorMode.__torch_dispatch__
+  PyObject* stock_device_property = nullptr; // original FakeTensor.device property
+  PyObject* simple_call_counter = nullptr; // torch.utils._stats.simple_call_counter
+  PyObject* crosscheck_hook = nullptr; // fastfake._crosscheck.check
+  PyObject* fake_dict_template = nullptr; // __dict__ of a stock-built FakeTensor
+  PyObject* meta_device = nullptr; // torch.device("meta")
+  PyObject* compiler_dict = nullptr; // torch.compiler.__dict__
+  PyObject* export_leak_check = nullptr; // () -> bool
+  PyObject* s_is_exporting_flag = nullptr;
+  // interned attribute names
+  PyObject* s_fake_mode = nullptr;
+  PyObject* s_fake_device = nullptr; // "_fake_device"
+  PyObject* s_constant = nullptr;
+  PyObject* s_in_kernel_invocation = nullptr;
+  PyObject* s_propagate_real_tensors = nullptr;
+  PyObject* s_allow_unsafe_data_ptr_access = nullptr;
+  PyObject* s_dispatch_counter_key = nullptr; // "FakeTensorMode.__torch_dispatch__"
+  PyObject* s_dict = nullptr; // "__dict__"
+};
+extern PyRefs g_py;
+
+// ---------------------------------------------------------------------------
+// fake.cpp: FakeTensor helpers
+// ---------------------------------------------------------------------------
+
+// Borrowed lookup of an attribute in an object's instance __dict__ (no descriptors);
+// nullptr if absent. Never sets a Python error.
+PyObject* instance_attr(PyObject* obj, PyObject* name);
+
+// Is `obj` exactly a FakeTensor (not a subclass)?
+inline bool is_fake_exact(PyObject* obj) {
+  return Py_TYPE(obj) == g_py.fake_tensor_type;
+}
+
+// Wrap a freshly allocated meta tensor into a FakeTensor exactly as
+// FakeTensor.__new__ does. `device` is a torch.device object (borrowed).
+// Returns a new reference or nullptr with a Python error set.
+PyObject* make_fake_tensor(PyObject* mode, at::Tensor elem, PyObject* device);
+
+// Compare two fake results field by field. Returns an empty string when equal,
+// otherwise a human-readable description of the first differing field.
+std::string compare_fake(PyObject* a, PyObject* b);
+
+// ---------------------------------------------------------------------------
+// elementwise.cpp
+// ---------------------------------------------------------------------------
+enum class ArgKind : uint8_t {
+  Tensor = 0,
+  OptTensor,
+  Scalar,
+  OptScalar,
+  Bool,
+  OptBool,
+  Int,
+  OptInt,
+  Float,
+  OptFloat,
+  Str,
+  OptStr,
+};
+
+void register_elementwise(
+    PyObject* op,
+    const std::string& name,
+    bool inplace,
+    const std::vector<std::tuple<std::string, int, bool, PyObject*>>& args);
+void clear_elementwise();
+bool is_elementwise_registered(PyObject* op);
+
+// Try the fast path. Returns a new reference on success; nullptr with no error
+// set when the call must go to stock; nullptr with an error set on failure.
+PyObject* try_elementwise(
+    PyObject* mode,
+    PyObject* func,
+    PyObject* types,
+    PyObject* args,
+    PyObject* kwargs,
+    bool* handled);
+
+// Per-op view of the learned signature tables (for reports and tests).
+PyObject* elementwise_report();
+
+// ---------------------------------------------------------------------------
+// dispatch.cpp
+// ---------------------------------------------------------------------------
+PyObject* new_fast_dispatch();
+PyObject* new_device_descriptor(PyObject* stock_property);
+PyObject* call_stock_dispatch(
+    PyObject* mode,
+    PyObject* func,
+    PyObject* types,
+    PyObject* args,
+    PyObject* kwargs);
+bool init_types();
+
+} // namespace fastfake

@@ -1,0 +1,132 @@
+// pybind11 bindings of fastfake._C (documented in fastfake/_C.pyi).
+#include "fastfake.h"
+
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+namespace py = pybind11;
+using namespace fastfake;
+
+namespace {
+
+PyObject* intern(const char* s) {
+  PyObject* o = PyUnicode_InternFromString(s);
+  if (o == nullptr) throw py::error_already_set();
+  return o;
+}
+
+void set_ref(PyObject*& slot, py::handle h) {
+  PyObject* o = h.is_none() ? nullptr : h.ptr();
+  Py_XINCREF(o);
+  Py_XSETREF(slot, o);
+}
+
+py::object steal_or_throw(PyObject* o) {
+  if (o == nullptr) throw py::error_already_set();
+  return py::reinterpret_steal<py::object>(o);
+}
+
+} // namespace
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "fastfake C++ core: fast FakeTensorMode dispatch for pointwise ops.";
+  if (!init_types()) throw py::error_already_set();
+
+  g_py.s_fake_mode = intern("fake_mode");
+  g_py.s_fake_device = intern("_fake_device");
+  g_py.s_constant = intern("constant");
+  g_py.s_in_kernel_invocation = intern("in_kernel_invocation");
+  g_py.s_propagate_real_tensors = intern("propagate_real_tensors");
+  g_py.s_allow_unsafe_data_ptr_access = intern("_allow_unsafe_data_ptr_access");
+  g_py.s_dispatch_counter_key = intern("FakeTensorMode.__torch_dispatch__");
+  g_py.s_dict = intern("__dict__");
+  g_py.s_is_exporting_flag = intern("_is_exporting_flag");
+
+  m.def(
+      "setup",
+      [](py::handle fake_tensor_type,
+         py::handle fake_mode_type,
+         py::handle stock_torch_dispatch,
+         py::handle stock_device_property,
+         py::handle simple_call_counter,
+         py::handle crosscheck_hook,
+         py::handle fake_dict_template,
+         py::handle meta_device,
+         py::handle compiler_dict,
+         py::handle export_leak_check) {
+        PyObject* ftt = nullptr;
+        set_ref(ftt, fake_tensor_type);
+        Py_XSETREF(reinterpret_cast<PyObject*&>(g_py.fake_tensor_type), ftt);
+        set_ref(g_py.fake_mode_type, fake_mode_type);
+        set_ref(g_py.stock_torch_dispatch, stock_torch_dispatch);
+        set_ref(g_py.stock_device_property, stock_device_property);
+        set_ref(g_py.simple_call_counter, simple_call_counter);
+        set_ref(g_py.crosscheck_hook, crosscheck_hook);
+        set_ref(g_py.fake_dict_template, fake_dict_template);
+        set_ref(g_py.meta_device, meta_device);
+        set_ref(g_py.compiler_dict, compiler_dict);
+        set_ref(g_py.export_leak_check, export_leak_check);
+      },
+      "Bind the torch objects the extension works with.");
+
+  m.def(
+      "make_fast_dispatch",
+      []() { return steal_or_throw(new_fast_dispatch()); },
+      "A new C-level __torch_dispatch__ method object for FakeTensorMode.");
+  m.def(
+      "make_device_descriptor",
+      [](py::handle stock) { return steal_or_throw(new_device_descriptor(stock.ptr())); },
+      "A new C-level data descriptor serving FakeTensor.device.");
+
+  m.def(
+      "set_config",
+      [](bool elementwise, bool crosscheck, size_t max_signatures_per_op) {
+        g_config.elementwise = elementwise;
+        g_config.crosscheck = crosscheck;
+        g_config.max_signatures_per_op = max_signatures_per_op;
+      },
+      py::arg("elementwise"),
+      py::arg("crosscheck"),
+      py::arg("max_signatures_per_op"));
+  m.def(
+      "_inject_fault",
+      [](int n) { g_config.inject_fault = n; },
+      "Testing only: give the next n fast results a wrong dtype.");
+  m.def("get_config", []() {
+    return py::make_tuple(
+        g_config.elementwise, g_config.crosscheck, g_config.max_signatures_per_op);
+  });
+
+  m.def(
+      "register_elementwise",
+      [](py::handle op,
+         const std::string& name,
+         bool inplace,
+         const std::vector<std::tuple<std::string, int, bool, bool, py::object>>& args) {
+        std::vector<std::tuple<std::string, int, bool, PyObject*>> a;
+        for (const auto& [n, k, kw, has_default, d] : args) {
+          a.emplace_back(n, k, kw, has_default ? d.ptr() : nullptr);
+        }
+        register_elementwise(op.ptr(), name, inplace, a);
+      },
+      "Register a pointwise overload: (op, name, inplace, [(arg, kind, kwarg_only, has_default, default)]).");
+  m.def("clear_elementwise", &clear_elementwise, "Forget registrations and learned signatures.");
+  m.def(
+      "is_elementwise_registered",
+      [](py::handle op) { return is_elementwise_registered(op.ptr()); });
+  m.def("elementwise_report", []() { return steal_or_throw(elementwise_report()); });
+
+  m.def("counters", []() {
+    py::list out;
+    for (int i = 0; i < kNumStats; ++i) {
+      out.append(py::make_tuple(stat_name(i), g_stats[i]));
+    }
+    return out;
+  });
+  m.def("reset_counters", &reset_stats);
+
+  m.def(
+      "compare",
+      [](py::handle a, py::handle b) { return compare_fake(a.ptr(), b.ptr()); },
+      "Empty string if two results are identical, else the first differing field.");
+}

@@ -1,0 +1,57 @@
+"""Type stubs and documentation of the C++ extension ``fastfake._C`` (csrc/)."""
+from typing import Any, Callable
+
+def setup(
+    fake_tensor_type: type,
+    fake_mode_type: type,
+    stock_torch_dispatch: Callable[..., Any],
+    stock_device_property: property,
+    simple_call_counter: dict[str, int],
+    crosscheck_hook: Callable[..., bool],
+    fake_dict_template: dict[str, Any],
+    meta_device: Any,
+    compiler_dict: dict[str, Any],
+    export_leak_check: Callable[[], bool],
+) -> None:
+    """Bind the torch objects the extension works with (called once by install())."""
+
+def make_fast_dispatch() -> Any:
+    """A C-level method object to install as ``FakeTensorMode.__torch_dispatch__``.
+
+    Per call: pointwise overloads registered with :func:`register_elementwise` are
+    served in C++ when the call's signature was admitted; everything else is passed
+    to the stock ``__torch_dispatch__`` unchanged.
+    """
+
+def make_device_descriptor(stock: property) -> Any:
+    """A C-level data descriptor to install as ``FakeTensor.device``: returns
+    ``meta`` inside kernel invocation, else the tensor's fake device; delegates to
+    ``stock`` for anything unusual, and for setting/deleting."""
+
+def set_config(*, elementwise: bool, crosscheck: bool, max_signatures_per_op: int) -> None: ...
+def get_config() -> tuple[bool, bool, int]: ...
+def _inject_fault(n: int) -> None:
+    """Testing only: the next ``n`` fast elementwise results get a wrong dtype."""
+
+def register_elementwise(
+    op: Any, name: str, inplace: bool, args: list[tuple[str, int, bool, bool, Any]]
+) -> None:
+    """Register a pointwise overload. ``args`` are the schema arguments in order as
+    ``(name, kind, kwarg_only, has_default, default)`` with ``kind`` an ArgKind code
+    (see fastfake._registry.ARG_KINDS)."""
+
+def clear_elementwise() -> None:
+    """Forget all registrations and learned signatures."""
+
+def is_elementwise_registered(op: Any) -> bool: ...
+def elementwise_report() -> dict[str, dict[str, Any]]:
+    """Per overload: admitted / rejected signature counts, hits, inplace, last_mismatch."""
+
+def counters() -> list[tuple[str, int]]:
+    """(dotted name, value) for every counter."""
+
+def reset_counters() -> None: ...
+def compare(a: Any, b: Any) -> str:
+    """'' if two results are identical (type, layout, dtype, sizes, strides, storage
+    offset, storage nbytes, fake device, fake mode, requires_grad, conj/neg,
+    inference, dispatch keys), else the first differing field."""

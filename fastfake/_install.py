@@ -1,0 +1,235 @@
+"""install() / uninstall() / enabled(): patching torch and putting it back exactly."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+
+from . import _C
+
+log = logging.getLogger("fastfake")
+
+#: torch releases this version of fastfake was built and tested against.
+SUPPORTED_TORCH_VERSIONS = ("2.13.0",)
+
+# Upper bound on learned signatures per pointwise overload (see csrc/elementwise.cpp).
+MAX_SIGNATURES_PER_OP = 1024
+
+
+@dataclass(frozen=True)
+class Options:
+    elementwise: bool = True
+    cache: bool = True
+    device: bool = True
+    crosscheck: bool = False
+
+
+class _State:
+    options: Options | None = None  # None: not installed
+    originals: dict[tuple[type, str], object] = {}
+    setup_done = False
+    registered = False
+    warned_version = False
+
+
+def _torch_internals():
+    """The stock objects fastfake replaces; raises a clear error if they moved."""
+    try:
+        from torch._subclasses import fake_tensor as ft
+        from torch.utils import _stats
+    except ImportError as e:
+        raise RuntimeError(
+            f"fastfake: this torch ({torch.__version__}) has no torch._subclasses.fake_tensor; "
+            f"supported versions: {', '.join(SUPPORTED_TORCH_VERSIONS)}"
+        ) from e
+    missing = []
+    mode_dispatch = ft.FakeTensorMode.__dict__.get("__torch_dispatch__")
+    device_prop = ft.FakeTensor.__dict__.get("device")
+    if mode_dispatch is None:
+        missing.append("FakeTensorMode.__torch_dispatch__")
+    if not isinstance(device_prop, property):
+        missing.append("FakeTensor.device (property)")
+    for name in ("dispatch", "in_kernel_invocation"):
+        if not hasattr(ft.FakeTensorMode, name):
+            missing.append(f"FakeTensorMode.{name}")
+    if not hasattr(_stats, "simple_call_counter"):
+        missing.append("torch.utils._stats.simple_call_counter")
+    if missing:
+        raise RuntimeError(
+            f"fastfake cannot install on torch {torch.__version__}: missing "
+            f"{', '.join(missing)}; supported versions: {', '.join(SUPPORTED_TORCH_VERSIONS)}"
+        )
+    return ft, _stats
+
+
+def _check_version() -> None:
+    base = torch.__version__.split("+")[0]
+    if base not in SUPPORTED_TORCH_VERSIONS and not _State.warned_version:
+        _State.warned_version = True
+        warnings.warn(
+            f"fastfake {__import__('fastfake').__version__} is tested with torch "
+            f"{', '.join(SUPPORTED_TORCH_VERSIONS)}, not {torch.__version__}; it installs "
+            "because the internals it needs exist, but run with crosscheck=True "
+            "(or FASTFAKE_CROSSCHECK=1) to verify results on your models.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+def _original(cls: type, name: str) -> object:
+    key = (cls, name)
+    if key not in _State.originals:
+        _State.originals[key] = cls.__dict__[name]
+    return _State.originals[key]
+
+
+def _export_leak_tracking() -> bool:
+    try:
+        import torch._export.config as cfg
+
+        return bool(cfg.detect_non_strict_fake_tensor_leaks)
+    except Exception:  # pragma: no cover
+        return True
+
+
+def _setup() -> None:
+    if _State.setup_done:
+        return
+    ft, stats_mod = _torch_internals()
+    from ._crosscheck import check
+
+    # A FakeTensor built by stock, whose __dict__ (keys and order) every fast
+    # output copies.
+    with ft.FakeTensorMode():
+        sample = torch.empty(1)
+    template = dict(sample.__dict__)
+    template["fake_mode"] = None
+    template["_fake_device"] = None
+    _C.setup(
+        ft.FakeTensor,
+        ft.FakeTensorMode,
+        _original(ft.FakeTensorMode, "__torch_dispatch__"),
+        _original(ft.FakeTensor, "device"),
+        stats_mod.simple_call_counter,
+        check,
+        template,
+        torch.device("meta"),
+        vars(torch.compiler),
+        _export_leak_tracking,
+    )
+    _State.setup_done = True
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def install(
+    *,
+    elementwise: bool = True,
+    cache: bool = True,
+    device: bool = True,
+    crosscheck: bool = False,
+) -> None:
+    """Accelerate FakeTensorMode in this process.
+
+    Idempotent; calling it again with other options reconfigures. Patches only
+    what is asked:
+
+    * ``elementwise``: pointwise ATen ops are computed in C++ (C-level
+      ``FakeTensorMode.__torch_dispatch__``).
+    * ``cache``: per-op result cache (reserved; not active in this version).
+    * ``device``: ``FakeTensor.device`` is served by a C-level descriptor.
+    * ``crosscheck`` (or ``FASTFAKE_CROSSCHECK=1``): every fast result is
+      recomputed by stock and compared; a mismatch raises
+      :class:`fastfake.CrosscheckError`.
+
+    ``FASTFAKE_DISABLE=1`` makes this a logged no-op.
+    """
+    if _env_flag("FASTFAKE_DISABLE"):
+        log.warning("fastfake.install() skipped: FASTFAKE_DISABLE is set")
+        return
+    crosscheck = crosscheck or _env_flag("FASTFAKE_CROSSCHECK")
+    opts = Options(elementwise=elementwise, cache=cache, device=device, crosscheck=crosscheck)
+    if _State.options == opts:
+        return
+    _check_version()
+    ft, _ = _torch_internals()
+    _setup()
+    if opts.elementwise and not _State.registered:
+        from ._registry import register_all
+
+        register_all(_C)
+        _State.registered = True
+    if opts.elementwise and ft.FakeTensorConfig.debug:
+        log.warning("fastfake: TORCH_FAKE_TENSOR_DEBUG is set; the elementwise path stays off")
+        opts = Options(False, opts.cache, opts.device, opts.crosscheck)
+
+    _C.set_config(
+        elementwise=opts.elementwise,
+        crosscheck=opts.crosscheck,
+        max_signatures_per_op=MAX_SIGNATURES_PER_OP,
+    )
+    _patch(ft.FakeTensorMode, "__torch_dispatch__", _C.make_fast_dispatch() if opts.elementwise else None)
+    _patch(
+        ft.FakeTensor,
+        "device",
+        _C.make_device_descriptor(_original(ft.FakeTensor, "device")) if opts.device else None,
+    )
+    _State.options = opts
+
+
+def _patch(cls: type, name: str, replacement: object | None) -> None:
+    original = _original(cls, name)
+    current = cls.__dict__.get(name)
+    if replacement is None:
+        if current is not original:
+            setattr(cls, name, original)
+    elif current is original or type(current) is not type(replacement):
+        setattr(cls, name, replacement)
+
+
+def uninstall() -> None:
+    """Restore every patched attribute to the identical original object."""
+    for (cls, name), original in _State.originals.items():
+        if cls.__dict__.get(name) is not original:
+            setattr(cls, name, original)
+    if _State.setup_done:
+        _C.set_config(elementwise=False, crosscheck=False, max_signatures_per_op=MAX_SIGNATURES_PER_OP)
+    _State.options = None
+
+
+def is_installed() -> bool:
+    """True while fastfake's patches are in place."""
+    return _State.options is not None
+
+
+@contextlib.contextmanager
+def enabled(
+    *,
+    elementwise: bool = True,
+    cache: bool = True,
+    device: bool = True,
+    crosscheck: bool = False,
+) -> Iterator[None]:
+    """``with fastfake.enabled(...):`` install for the block, then restore the
+    previous state (installed with its options, or not installed), exceptions
+    included."""
+    previous = _State.options
+    install(elementwise=elementwise, cache=cache, device=device, crosscheck=crosscheck)
+    try:
+        yield
+    finally:
+        if previous is None:
+            uninstall()
+        else:
+            install(**vars(previous))
+
+
+def current_options() -> Options | None:
+    return _State.options

@@ -1,0 +1,27 @@
+"""Counters: fastfake.stats() / fastfake.reset_stats()."""
+from __future__ import annotations
+
+from . import _C
+
+
+def stats() -> dict[str, int]:
+    """All counters as a flat ``{dotted.name: count}`` dict.
+
+    ``dispatch.total`` counts calls into the installed ``__torch_dispatch__``,
+    ``dispatch.stock`` those handed to stock; ``elementwise.hit`` results built in
+    C++, ``elementwise.admit`` first calls of a new signature (served by stock and
+    used to verify the rules), ``elementwise.reject.*`` signatures that always go to
+    stock, and ``elementwise.fallback.<reason>`` calls that went to stock and why.
+    """
+    return {name: int(value) for name, value in _C.counters()}
+
+
+def reset_stats() -> None:
+    """Set every counter back to zero."""
+    _C.reset_counters()
+
+
+def elementwise_report() -> dict[str, dict]:
+    """Per registered pointwise overload: learned signatures (admitted / rejected),
+    fast hits, and the last field in which no stride rule reproduced stock."""
+    return _C.elementwise_report()
