@@ -732,7 +732,7 @@ PyObject* try_elementwise(
   PyObject* self_obj = nullptr;
   if (spec.inplace) {
     const Operand& self = ops.front();
-    if (self.t == nullptr || self.obj != PyTuple_GET_ITEM(args, 0)) {
+    if (nargs < 1 || self.t == nullptr || self.obj != PyTuple_GET_ITEM(args, 0)) {
       return fallback(EwFbArgs);
     }
     if (!self.t->sizes().equals(shape)) {
