@@ -155,7 +155,8 @@ PyObject* device_descr_get(PyObject* self, PyObject* obj, PyObject* type) {
     Py_INCREF(stock);
     return stock;
   }
-  PyObject* mode = instance_attr(obj, g_py.s_fake_mode);
+  // Exactly FakeTensor only: a subclass may override fake_device.
+  PyObject* mode = is_fake_exact(obj) ? instance_attr(obj, g_py.s_fake_mode) : nullptr;
   if (mode != nullptr) {
     PyObject* in_kernel = instance_attr(mode, g_py.s_in_kernel_invocation);
     if (in_kernel == Py_True) {

@@ -9,6 +9,8 @@ counts why.
 """
 from ._version import __version__
 
+import torch  # noqa: F401  (loads libc10/libtorch, which fastfake._C links against)
+
 try:
     from . import _C  # noqa: F401
 except ImportError as e:  # pragma: no cover - exercised by hand

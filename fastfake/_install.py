@@ -37,6 +37,14 @@ class _State:
     warned_version = False
 
 
+def _unpatched(cls: type, name: str) -> object | None:
+    """The class attribute, seen through fastfake's own patch objects."""
+    current = cls.__dict__.get(name)
+    if current is not None and type(current).__module__ == _C.__name__:
+        return _State.originals.get((cls, name))
+    return current
+
+
 def _torch_internals():
     """The stock objects fastfake replaces; raises a clear error if they moved."""
     try:
@@ -48,8 +56,8 @@ def _torch_internals():
             f"supported versions: {', '.join(SUPPORTED_TORCH_VERSIONS)}"
         ) from e
     missing = []
-    mode_dispatch = ft.FakeTensorMode.__dict__.get("__torch_dispatch__")
-    device_prop = ft.FakeTensor.__dict__.get("device")
+    mode_dispatch = _unpatched(ft.FakeTensorMode, "__torch_dispatch__")
+    device_prop = _unpatched(ft.FakeTensor, "device")
     if mode_dispatch is None:
         missing.append("FakeTensorMode.__torch_dispatch__")
     if not isinstance(device_prop, property):

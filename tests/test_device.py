@@ -234,12 +234,6 @@ def test_plain_subclass_matches_stock(mode):
         assert t.device == torch.device("meta")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: the C device descriptor reads obj.__dict__['_fake_device'] for every "
-    "instance, bypassing a FakeTensor subclass's fake_device property (stock: "
-    "`return self.fake_device`); it should fall back to stock for subclasses",
-)
 def test_subclass_overriding_fake_device_matches_stock(mode):
     t = FakeDeviceOverride(mode, torch.empty(2, device="meta"), torch.device("cuda"))
     stock = t.device

@@ -104,13 +104,6 @@ def test_import_with_extension_after_torch_succeeds():
     assert "IMPORTED" in p.stdout, p.stdout
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: `import fastfake` in a fresh interpreter (torch not imported first) fails: "
-    "fastfake/__init__.py imports _C before torch, so libc10.so is not loaded "
-    "(ImportError 'libc10.so: cannot open shared object file') and the user is told "
-    "to rebuild an extension that is in fact built",
-)
 def test_import_in_fresh_interpreter_succeeds():
     p = _run(CHECK, str(ROOT))
     assert p.returncode == 0, p.stderr

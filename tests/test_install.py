@@ -185,13 +185,6 @@ def test_reconfigure_without_device_patch(stock):
     assert _C.get_config()[:2] == (True, False)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason="bug: install() while FakeTensor.device is patched re-runs _torch_internals(), "
-    "which sees the C descriptor instead of a property and raises 'missing FakeTensor.device "
-    "(property)'; reconfiguring from the default install is impossible",
-)
 def test_reconfigure_from_default_install(stock):
     stock_dispatch, stock_device = stock
     fastfake.install()
@@ -268,13 +261,6 @@ def test_enabled_nested_restores_each_level(stock):
     _assert_identical(before, _snapshot())
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=RuntimeError,
-    reason="bug: nested enabled() with device=True at both levels raises RuntimeError "
-    "'missing FakeTensor.device (property)' (install() re-checks internals against the "
-    "already patched class)",
-)
 def test_enabled_nested_with_device_descriptor(stock):
     before = _snapshot()
     with fastfake.enabled():
