@@ -1,0 +1,381 @@
+"""Trace-time benchmark: stock FakeTensorMode vs fastfake, interleaved in one process.
+
+    python -m bench                                   # all models; compile_static,
+                                                      # compile_dynamic, fake_forward
+    python -m bench --size small --repeat 1
+    python -m bench --models bert,resnet --workloads make_fx_symbolic --check-graphs
+    python -m bench --json out.json --plot out.png
+
+See bench/README.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+import traceback
+import warnings
+
+import torch
+
+import fastfake
+
+from . import harness
+from .models import MODEL_NAMES, MODELS, SIZES, have_transformers
+from .workloads import DEFAULT_WORKLOADS, WORKLOAD_NAMES, WORKLOADS, diff_graphs
+
+
+def _csv(value: str, allowed: tuple[str, ...], what: str) -> list[str]:
+    if value in ("all", ""):
+        return list(allowed)
+    names = [v.strip() for v in value.split(",") if v.strip()]
+    bad = [n for n in names if n not in allowed]
+    if bad:
+        raise argparse.ArgumentTypeError(f"unknown {what}: {', '.join(bad)} (available: {', '.join(allowed)})")
+    return names
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="python -m bench",
+        description="Trace-time benchmark of stock torch FakeTensorMode vs fastfake (interleaved, medians).",
+    )
+    p.add_argument("--models", default="all", help=f"comma-separated subset of: {', '.join(MODEL_NAMES)} (default all)")
+    p.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS),
+                   help=f"comma-separated subset of: {', '.join(WORKLOAD_NAMES)}, or 'all' "
+                        f"(default {','.join(DEFAULT_WORKLOADS)})")
+    p.add_argument("--size", choices=SIZES, default="default", help="model size (default: default)")
+    p.add_argument("--repeat", type=int, default=3, help="repetitions per implementation (default 3)")
+    p.add_argument("--inner", type=int, default=5,
+                   help="calls per repetition for warm workloads (fake_forward); default 5")
+    p.add_argument("--json", metavar="OUT.json", help="write all measurements as JSON")
+    p.add_argument("--plot", metavar="OUT.png", help="bar chart of stock vs fastfake medians (needs matplotlib)")
+    p.add_argument("--check-graphs", action="store_true",
+                   help="also capture the FX graphs under both implementations and fail if they differ")
+    p.add_argument("--no-dispatch-share", action="store_true",
+                   help="skip the extra stock run that measures the time inside FakeTensorMode.__torch_dispatch__")
+    p.add_argument("--warm-signatures", action="store_true",
+                   help="keep fastfake's learned elementwise signatures between repetitions "
+                        "(default: forget them, so every fastfake repetition is a cold first trace)")
+    p.add_argument("--list", action="store_true", help="list models and workloads and exit")
+    args = p.parse_args(argv)
+    try:
+        args.models = _csv(args.models, MODEL_NAMES, "model")
+        args.workloads = _csv(args.workloads, WORKLOAD_NAMES, "workload")
+    except argparse.ArgumentTypeError as e:
+        p.error(str(e))
+    if args.repeat < 1:
+        p.error("--repeat must be >= 1")
+    return args
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _median(xs):
+    return statistics.median(xs) if xs else None
+
+
+def _fmt(x, spec=".3f"):
+    return "-" if x is None else format(x, spec)
+
+
+def _warmup() -> None:
+    """Pay one-time costs (lazy imports, sympy, dispatcher caches) before measuring,
+    under both implementations, so the first measured cell is not penalised."""
+    def f(x, y):
+        return torch.relu(x @ y + 1).sum(-1)
+
+    x, y = torch.randn(4, 8), torch.randn(8, 4)
+    for impl in harness.IMPLS:
+        harness.set_impl(impl)
+        for dyn in (False, True):
+            torch._dynamo.reset()
+            with torch.no_grad():
+                torch.compile(f, backend="aot_eager", dynamic=dyn)(x, y)
+    torch._dynamo.reset()
+    harness.set_impl("stock")
+
+
+class Progress:
+    def __init__(self, total: int) -> None:
+        self.total = total
+        self.i = 0
+
+    def step(self, what: str, fn):
+        self.i += 1
+        prefix = f"[{self.i}/{self.total}] {what} ..."
+        t0 = time.perf_counter()
+        try:
+            out = fn()
+        except BaseException as e:
+            _log(f"{prefix} FAILED after {time.perf_counter() - t0:.1f}s: {type(e).__name__}: {str(e)[:200]}")
+            raise
+        _log(f"{prefix} {time.perf_counter() - t0:.1f}s")
+        return out
+
+
+def run_cell(spec, model, inputs, wl, args, progress: Progress) -> dict:
+    name = f"{spec.name} {wl.name}"
+    row: dict = {"model": spec.name, "workload": wl.name, "errors": {}, "runs": {i: [] for i in harness.IMPLS}}
+    harness.set_impl("stock")
+    try:
+        run = wl(model, inputs, spec=spec, size=args.size)
+    except Exception as e:
+        row["errors"]["setup"] = f"{type(e).__name__}: {e}"
+        progress.i += 2 * args.repeat + (0 if args.no_dispatch_share else 1) + (2 if args.check_graphs else 0)
+        _log(f"[{progress.i}/{progress.total}] {name} setup FAILED: {type(e).__name__}: {str(e)[:200]}")
+        return row
+
+    if wl.warm:  # one untimed call per implementation
+        for impl in harness.IMPLS:
+            harness.set_impl(impl)
+            try:
+                run()
+            except Exception as e:
+                row["errors"].setdefault(impl, f"{type(e).__name__}: {e}")
+
+    for rep in range(args.repeat):
+        for impl in harness.IMPLS:
+            label = f"{name} {impl} rep {rep + 1}/{args.repeat}"
+            if impl in row["errors"]:
+                progress.i += 1
+                continue
+            harness.set_impl(impl)
+            try:
+                res = progress.step(label, lambda: harness.timed_run(
+                    run, warm=wl.warm, inner=args.inner, cold_fastfake=not args.warm_signatures))
+            except Exception as e:
+                row["errors"][impl] = f"{type(e).__name__}: {str(e)[:500]}"
+                if os.environ.get("BENCH_TRACEBACK"):
+                    traceback.print_exc()
+                continue
+            row["runs"][impl].append({"seconds": res.seconds, "timing": res.timing, "stats": res.stats})
+    harness.set_impl("stock")
+
+    # Share of stock time inside FakeTensorMode.__torch_dispatch__ (one extra stock run).
+    if not args.no_dispatch_share:
+        if "stock" in row["errors"]:
+            progress.i += 1
+        else:
+            def share_run():
+                if not wl.warm:
+                    harness.fresh_state(cold_fastfake=False)
+                import gc
+                gc.collect()
+                n = args.inner if wl.warm else 1
+                with harness.DispatchTimer() as timer:
+                    t0 = time.perf_counter()
+                    for _ in range(n):
+                        run()
+                    total = time.perf_counter() - t0
+                return total / n, timer.seconds / n, timer.calls // n
+
+            try:
+                total, fake, calls = progress.step(f"{name} stock dispatch-share run", share_run)
+                row["dispatch_share"] = {
+                    "total_s": total,
+                    "fake_dispatch_s": fake,
+                    "outermost_calls": calls,
+                    "share": fake / total if total else None,
+                    "roofline_speedup": total / (total - fake) if total > fake else None,
+                }
+            except Exception as e:
+                row["errors"]["dispatch_share"] = f"{type(e).__name__}: {e}"
+
+    if args.check_graphs:
+        graphs = {}
+        for impl in harness.IMPLS:
+            if impl in row["errors"]:
+                progress.i += 1
+                continue
+            try:
+                graphs[impl] = progress.step(
+                    f"{name} {impl} graph capture",
+                    lambda: harness.capture_graphs(spec.name, wl.name, impl, size=args.size,
+                                                   model_and_inputs=(model, inputs)))
+            except Exception as e:
+                row["errors"][impl] = f"{type(e).__name__}: {str(e)[:500]}"
+        if len(graphs) == 2:
+            d = diff_graphs(graphs["stock"], graphs["fastfake"])
+            row["graphs_identical"] = not d
+            row["graph_labels"] = [g.label for g in graphs["stock"]]
+            if d:
+                row["graph_diff"] = d
+                _log(f"GRAPH MISMATCH {name}:\n{d}")
+    harness.set_impl("stock")
+
+    for impl in harness.IMPLS:
+        runs = row["runs"][impl]
+        row[f"{impl}_median_s"] = _median([r["seconds"] for r in runs])
+        t = {}
+        for key in ("entire_frame_compile", "backend_compile"):
+            vals = [r["timing"][key] for r in runs if key in r["timing"]]
+            if vals:
+                t[key] = _median(vals)
+        row[f"{impl}_timing"] = t
+        row[f"{impl}_stats"] = runs[-1]["stats"] if runs else {}
+    s, f = row["stock_median_s"], row["fastfake_median_s"]
+    row["speedup"] = s / f if s and f else None
+    return row
+
+
+def print_report(rows: list[dict], args) -> None:
+    print()
+    print(f"fastfake {fastfake.__version__} | torch {torch.__version__} | size={args.size} | "
+          f"repeat={args.repeat} | medians | transformers={'yes' if have_transformers() else 'no (built-in models)'}")
+    hdr = ("model", "workload", "stock s", "fastfake s", "speedup", "fake share", "roofline", "graphs")
+    table = []
+    for r in rows:
+        ds = r.get("dispatch_share") or {}
+        share = ds.get("share")
+        roof = ds.get("roofline_speedup")
+        if r["errors"] and r.get("stock_median_s") is None and r.get("fastfake_median_s") is None:
+            sp = "error"
+        else:
+            sp = _fmt(r.get("speedup"), ".2f") + ("x" if r.get("speedup") else "")
+        g = "-" if "graphs_identical" not in r else ("same" if r["graphs_identical"] else "DIFF")
+        table.append((r["model"], r["workload"], _fmt(r.get("stock_median_s")), _fmt(r.get("fastfake_median_s")),
+                      sp, "-" if share is None else f"{100 * share:.0f}%", _fmt(roof, ".2f") + ("x" if roof else ""), g))
+    widths = [max(len(str(x)) for x in col) for col in zip(hdr, *table)]
+    line = "  ".join(h.ljust(w) if i < 2 else h.rjust(w) for i, (h, w) in enumerate(zip(hdr, widths)))
+    print(line)
+    print("-" * len(line))
+    for t in table:
+        print("  ".join(str(x).ljust(w) if i < 2 else str(x).rjust(w) for i, (x, w) in enumerate(zip(t, widths))))
+    print()
+    for r in rows:
+        print(f"== {r['model']} {r['workload']}")
+        for impl in harness.IMPLS:
+            med = r.get(f"{impl}_median_s")
+            if med is None:
+                continue
+            t = r.get(f"{impl}_timing") or {}
+            efc = t.get("entire_frame_compile", med)
+            bc = t.get("backend_compile", 0.0)
+            print(f"  {impl:8s} TIMING: entire_frame_compile:{efc:.4f} backend_compile:{bc:.4f}")
+            print(f"  {impl:8s} {harness.stats_line(r.get(f'{impl}_stats') or {})}")
+        ds = r.get("dispatch_share")
+        if ds:
+            print(f"  stock    FakeTensorMode.__torch_dispatch__ time: {ds['fake_dispatch_s']:.4f}s of "
+                  f"{ds['total_s']:.4f}s ({100 * ds['share']:.1f}%, {ds['outermost_calls']} outermost calls) "
+                  f"-> roofline speedup {_fmt(ds['roofline_speedup'], '.2f')}x")
+        for k, v in r["errors"].items():
+            print(f"  ERROR [{k}]: {v.splitlines()[0][:300] if v else v}")
+        if r.get("graph_diff"):
+            print("  GRAPH DIFF:\n    " + r["graph_diff"].replace("\n", "\n    "))
+    print()
+    print("TIMING: entire_frame_compile / backend_compile are dynamo's compile-time metrics "
+          "(_compile.compile_inner / OutputGraph.call_user_compiler) for compile_* workloads; for the "
+          "others entire_frame_compile is the wall time of the trace and backend_compile is 0. "
+          "STATS are from the last repetition (one call for warm workloads).")
+
+
+def plot(rows: list[dict], path: str) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except Exception:
+        _log(f"note: matplotlib is not importable; no plot written to {path}")
+        return
+    rows = [r for r in rows if r.get("stock_median_s") and r.get("fastfake_median_s")]
+    labels = [f"{r['model']}\n{r['workload']}" for r in rows]
+    xs = range(len(rows))
+    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(rows)), 4.5))
+    ax.bar([x - 0.2 for x in xs], [r["stock_median_s"] for r in rows], 0.4, label="stock")
+    ax.bar([x + 0.2 for x in xs], [r["fastfake_median_s"] for r in rows], 0.4, label="fastfake")
+    for x, r in zip(xs, rows):
+        ax.text(x + 0.2, r["fastfake_median_s"], f"{r['speedup']:.2f}x", ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(list(xs))
+    ax.set_xticklabels(labels, fontsize=7)
+    ax.set_ylabel("median seconds")
+    ax.set_title("trace time: stock FakeTensorMode vs fastfake")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    _log(f"plot written to {path}")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.list:
+        for n in MODEL_NAMES:
+            print(f"model    {n:18s} [{MODELS[n].backend()}] {MODELS[n].description}")
+        for n in WORKLOAD_NAMES:
+            print(f"workload {n:18s} {WORKLOADS[n].doc}")
+        return 0
+    warnings.filterwarnings("ignore", message=".*doesn't take boxed arguments.*")
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.set_verbosity_error()
+    except Exception:
+        pass
+
+    per_cell = 2 * args.repeat + (0 if args.no_dispatch_share else 1) + (2 if args.check_graphs else 0)
+    progress = Progress(len(args.models) * len(args.workloads) * per_cell)
+    t_start = time.perf_counter()
+    _log("warming up (one tiny compile per implementation) ...")
+    _warmup()
+    rows = []
+    for mname in args.models:
+        spec = MODELS[mname]
+        t0 = time.perf_counter()
+        model, inputs = spec.create(args.size)
+        _log(f"built {mname} ({args.size}, {spec.backend()}) in {time.perf_counter() - t0:.1f}s")
+        for wname in args.workloads:
+            rows.append(run_cell(spec, model, inputs, WORKLOADS[wname], args, progress))
+        del model, inputs
+    harness.set_impl("stock")
+    wall = time.perf_counter() - t_start
+
+    print_report(rows, args)
+    print(f"total benchmark wall time: {wall:.1f}s")
+
+    if args.json:
+        d = os.path.dirname(os.path.abspath(args.json))
+        os.makedirs(d, exist_ok=True)
+        meta = {
+            "torch": torch.__version__,
+            "fastfake": fastfake.__version__,
+            "python": platform.python_version(),
+            "machine": platform.machine(),
+            "cpus": os.cpu_count(),
+            "size": args.size,
+            "repeat": args.repeat,
+            "inner": args.inner,
+            "warm_signatures": args.warm_signatures,
+            "transformers": have_transformers(),
+            "wall_s": wall,
+        }
+        with open(args.json, "w") as fh:
+            json.dump({"meta": meta, "rows": rows}, fh, indent=1, default=str)
+        _log(f"results written to {args.json}")
+    if args.plot:
+        plot(rows, args.plot)
+
+    rc = 0
+    bad_graphs = [r for r in rows if r.get("graphs_identical") is False]
+    fast_only = [r for r in rows if "fastfake" in r["errors"] and "stock" not in r["errors"]]
+    both = [r for r in rows if "stock" in r["errors"] or "setup" in r["errors"]]
+    if bad_graphs:
+        _log(f"FAIL: FX graphs differ with fastfake for: {', '.join(r['model'] + ' ' + r['workload'] for r in bad_graphs)}")
+        rc = 1
+    if fast_only:
+        _log(f"FAIL: fastfake raised where stock did not: {', '.join(r['model'] + ' ' + r['workload'] for r in fast_only)}")
+        rc = 1
+    if both:
+        _log(f"note: stock torch itself fails on: {', '.join(r['model'] + ' ' + r['workload'] for r in both)} "
+             "(not counted as a fastfake failure)")
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

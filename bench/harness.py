@@ -1,0 +1,209 @@
+"""Measurement harness shared by the CLI (``python -m bench``) and the tests.
+
+* :func:`set_impl` switches between stock torch (``fastfake.uninstall()``; torch's
+  own fake-tensor cache stays ON, its default) and ``fastfake.install()``.
+* :func:`fresh_state` makes the next trace a true first trace
+  (``torch._dynamo.reset()``, ``FakeTensorMode.cache_clear()`` and, unless asked
+  otherwise, fastfake's learned elementwise signatures are forgotten too).
+* :class:`DispatchTimer` wraps the stock ``FakeTensorMode.__torch_dispatch__``
+  and accumulates the time of the outermost calls only.
+* :func:`capture_graphs` / :func:`check_graphs` run a workload with graph capture
+  under both implementations and diff the results.
+"""
+from __future__ import annotations
+
+import gc
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch  # noqa: F401  (fastfake's extension needs torch's libraries loaded first)
+
+import fastfake
+from torch._subclasses import fake_tensor as _ft
+from torch.utils._stats import simple_call_counter
+
+from . import models as _models
+from . import workloads as _workloads
+
+IMPLS = ("stock", "fastfake")
+FTM_COUNTER = "FakeTensorMode.__torch_dispatch__"
+
+
+def set_impl(impl: str) -> None:
+    if impl == "fastfake":
+        fastfake.install()
+    elif impl == "stock":
+        fastfake.uninstall()
+    else:
+        raise ValueError(f"unknown impl {impl!r}")
+
+
+def forget_signatures() -> None:
+    """Make fastfake cold again: drop its learned elementwise signatures (the
+    registrations are restored at once). Uses fastfake internals; a no-op if they
+    are missing."""
+    try:
+        from fastfake import _C, _registry
+
+        _C.clear_elementwise()
+        _registry.register_all(_C)
+    except Exception:  # pragma: no cover - internals moved
+        pass
+
+
+def fresh_state(*, cold_fastfake: bool = True) -> None:
+    torch._dynamo.reset()
+    _ft.FakeTensorMode.cache_clear()
+    if cold_fastfake:
+        forget_signatures()
+
+
+def reset_counters() -> None:
+    simple_call_counter.clear()
+    fastfake.reset_stats()
+    try:
+        from torch._dynamo.utils import compilation_time_metrics
+
+        compilation_time_metrics.clear()
+    except Exception:  # pragma: no cover
+        pass
+
+
+def dynamo_times() -> dict[str, float]:
+    """entire_frame_compile / backend_compile (seconds) of the dynamo compiles since
+    the last :func:`reset_counters`, from ``torch._dynamo.utils.compilation_time_metrics``."""
+    try:
+        from torch._dynamo.utils import compilation_time_metrics as m
+    except Exception:  # pragma: no cover
+        return {}
+    out = {}
+    if "_compile.compile_inner" in m:
+        out["entire_frame_compile"] = float(sum(m["_compile.compile_inner"]))
+    if "OutputGraph.call_user_compiler" in m:
+        out["backend_compile"] = float(sum(m["OutputGraph.call_user_compiler"]))
+    return out
+
+
+def collect_stats(cache_hits_before: int) -> dict[str, int]:
+    st = {FTM_COUNTER: int(simple_call_counter.get(FTM_COUNTER, 0))}
+    st["cache.hit"] = int(_ft.FakeTensorMode.cache_hits - cache_hits_before)
+    if fastfake.is_installed():
+        for k, v in fastfake.stats().items():
+            if v:
+                st[k] = v
+    return st
+
+
+def stats_line(st: dict[str, int]) -> str:
+    parts = [
+        f"{FTM_COUNTER}:{st.get(FTM_COUNTER, 0)}",
+        f"elementwise.hit:{st.get('elementwise.hit', 0)}",
+        f"cache.hit:{st.get('cache.hit', 0)}",
+    ]
+    extra = [
+        f"{k}:{v}"
+        for k, v in sorted(st.items())
+        if v and (k.startswith("elementwise.fallback.") or k.startswith("elementwise.reject.")
+                  or k in ("elementwise.admit", "crosscheck.mismatch"))
+    ]
+    return "STATS: " + " | ".join(parts + extra)
+
+
+class DispatchTimer:
+    """Time spent inside the stock ``FakeTensorMode.__torch_dispatch__``
+    (outermost calls only; nested re-entries are not double counted).
+
+    Use only while fastfake is uninstalled (the stock method is in place)."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.calls = 0
+        self._local = threading.local()
+
+    def __enter__(self) -> "DispatchTimer":
+        if fastfake.is_installed():
+            raise RuntimeError("DispatchTimer measures stock: call fastfake.uninstall() first")
+        cls = _ft.FakeTensorMode
+        self._orig = orig = cls.__dict__["__torch_dispatch__"]
+        timer = self
+        local = self._local
+
+        def __torch_dispatch__(mode, func, types, args=(), kwargs=None):
+            if getattr(local, "depth", 0):
+                return orig(mode, func, types, args, kwargs)
+            local.depth = 1
+            t0 = time.perf_counter()
+            try:
+                return orig(mode, func, types, args, kwargs)
+            finally:
+                timer.seconds += time.perf_counter() - t0
+                timer.calls += 1
+                local.depth = 0
+
+        __torch_dispatch__.__wrapped__ = orig  # type: ignore[attr-defined]
+        cls.__torch_dispatch__ = __torch_dispatch__
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _ft.FakeTensorMode.__torch_dispatch__ = self._orig
+
+
+@dataclass
+class RunResult:
+    seconds: float
+    timing: dict[str, float] = field(default_factory=dict)
+    stats: dict[str, int] = field(default_factory=dict)
+
+
+def timed_run(run, *, warm: bool, inner: int = 1, cold_fastfake: bool = True) -> RunResult:
+    """One measured repetition of a workload callable under the current impl.
+
+    Cold workloads: fresh state, one call. Warm workloads: ``inner`` calls, the
+    reported time is the mean per call, the counters are those of the last call."""
+    if not warm:
+        fresh_state(cold_fastfake=cold_fastfake and fastfake.is_installed())
+    gc.collect()
+    if warm and inner > 1:
+        t0 = time.perf_counter()
+        for _ in range(inner - 1):
+            run()
+        t_pre = time.perf_counter() - t0
+    else:
+        t_pre, inner = 0.0, 1
+    reset_counters()
+    hits0 = _ft.FakeTensorMode.cache_hits
+    t0 = time.perf_counter()
+    run()
+    dt = time.perf_counter() - t0
+    stats = collect_stats(hits0)
+    timing = dynamo_times()
+    return RunResult((t_pre + dt) / inner, timing, stats)
+
+
+def capture_graphs(spec_name: str, workload_name: str, impl: str, *, size: str = "small",
+                   model_and_inputs: tuple | None = None) -> list[_workloads.GraphRecord]:
+    """Run one workload with graph capture under ``impl`` from a fresh state."""
+    spec = _models.get(spec_name)
+    wl = _workloads.get(workload_name)
+    model, inputs = model_and_inputs if model_and_inputs is not None else spec.create(size)
+    prev = fastfake.is_installed()
+    set_impl("stock")
+    run = wl(model, inputs, spec=spec, size=size)  # fake_forward builds its model under stock
+    set_impl(impl)
+    try:
+        fresh_state(cold_fastfake=impl == "fastfake")
+        return run(capture=True)
+    finally:
+        set_impl("fastfake" if prev else "stock")
+
+
+def check_graphs(spec_name: str, workload_name: str, *, size: str = "small",
+                 model_and_inputs: tuple | None = None) -> str:
+    """'' if the workload produces identical FX graphs (code + node val metadata)
+    with and without fastfake, else a description of the first difference."""
+    mi = model_and_inputs if model_and_inputs is not None else _models.get(spec_name).create(size)
+    stock = capture_graphs(spec_name, workload_name, "stock", size=size, model_and_inputs=mi)
+    fast = capture_graphs(spec_name, workload_name, "fastfake", size=size, model_and_inputs=mi)
+    return _workloads.diff_graphs(stock, fast)

@@ -1,0 +1,127 @@
+"""Per-op micro-benchmarks inside FakeTensorMode (static shapes), stock vs fastfake.
+
+    python -m bench.micro [--number N] [--repeat R] [--json out.json]
+
+Prints, per op, the median time per call in microseconds under stock torch and
+under fastfake (interleaved, ``timeit`` with several repeats; medians) and the
+ratio stock/fastfake. The same ops are benchmarked with pytest-benchmark in
+``bench/test_micro.py``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import timeit
+from collections.abc import Callable
+
+import torch
+
+import fastfake
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+from .harness import set_impl
+
+IMPLS = ("stock", "fastfake")
+
+
+def _add_broadcast():
+    a, b = torch.randn(64, 128), torch.randn(128)
+    return lambda: a + b
+
+
+def _mul_scalar():
+    a = torch.randn(64, 128)
+    return lambda: a * 2.5
+
+
+def _relu():
+    a = torch.randn(64, 128)
+    return lambda: torch.relu(a)
+
+
+def _where():
+    c, a, b = torch.randn(64, 128) > 0, torch.randn(64, 128), torch.randn(64, 128)
+    return lambda: torch.where(c, a, b)
+
+
+def _add_inplace():
+    a, b = torch.randn(64, 128), torch.randn(64, 128)
+    return lambda: a.add_(b)
+
+
+def _device():
+    a = torch.randn(64, 128)
+    return lambda: a.device
+
+
+#: op name -> builder; call the builder inside a FakeTensorMode to get a zero-arg
+#: callable performing the op once on fake tensors.
+OPS: dict[str, Callable[[], Callable[[], object]]] = {
+    "add_broadcast": _add_broadcast,  # [64,128] + [128]
+    "mul_scalar": _mul_scalar,  # [64,128] * 2.5
+    "relu": _relu,
+    "where": _where,  # where(bool[64,128], [64,128], [64,128])
+    "add_inplace": _add_inplace,  # [64,128].add_([64,128])
+    "device": _device,  # FakeTensor.device property
+}
+
+
+def make_op(name: str) -> tuple[FakeTensorMode, Callable[[], object]]:
+    """A fresh FakeTensorMode and the op's callable (tensors created in the mode)."""
+    mode = FakeTensorMode()
+    with mode:
+        fn = OPS[name]()
+    return mode, fn
+
+
+def measure(name: str, impl: str, *, number: int, repeat: int, mode=None, fn=None) -> float:
+    """Median microseconds per call of op ``name`` under ``impl``."""
+    set_impl(impl)
+    if fn is None:
+        mode, fn = make_op(name)
+    with mode:
+        for _ in range(20):  # warm: fastfake admits a signature on its first call
+            fn()
+        times = timeit.repeat(fn, number=number, repeat=repeat)
+    return statistics.median(times) / number * 1e6
+
+
+def run(number: int = 2000, repeat: int = 7, rounds: int = 3) -> list[dict]:
+    rows = []
+    try:
+        for name in OPS:
+            mode, fn = make_op(name)
+            res: dict[str, list[float]] = {i: [] for i in IMPLS}
+            for _ in range(rounds):  # interleaved stock / fastfake
+                for impl in IMPLS:
+                    res[impl].append(measure(name, impl, number=number, repeat=repeat, mode=mode, fn=fn))
+            s, f = statistics.median(res["stock"]), statistics.median(res["fastfake"])
+            rows.append({"op": name, "stock_us": s, "fastfake_us": f, "speedup": s / f})
+    finally:
+        fastfake.uninstall()
+    return rows
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.micro", description=__doc__.split("\n\n")[0])
+    p.add_argument("--number", type=int, default=2000, help="calls per timeit sample (default 2000)")
+    p.add_argument("--repeat", type=int, default=7, help="timeit samples per round (default 7)")
+    p.add_argument("--rounds", type=int, default=3, help="interleaved stock/fastfake rounds (default 3)")
+    p.add_argument("--json", metavar="OUT.json")
+    a = p.parse_args(argv)
+    rows = run(a.number, a.repeat, a.rounds)
+    print(f"fastfake {fastfake.__version__} | torch {torch.__version__} | median us per call inside "
+          f"FakeTensorMode (timeit number={a.number} x repeat={a.repeat} x {a.rounds} interleaved rounds)")
+    print(f"{'op':15s} {'stock us':>10s} {'fastfake us':>12s} {'stock/fastfake':>15s}")
+    for r in rows:
+        print(f"{r['op']:15s} {r['stock_us']:10.2f} {r['fastfake_us']:12.2f} {r['speedup']:14.2f}x")
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump(rows, fh, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

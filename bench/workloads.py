@@ -1,0 +1,348 @@
+"""Trace workloads: each ``WORKLOADS[name](model, inputs, spec=..., size=...)``
+returns a callable ``run(capture=False) -> list[GraphRecord]`` that performs one
+full trace from scratch (``capture=True`` also records the produced FX graphs:
+GraphModule code and a per-node summary of ``meta["val"]`` /
+``meta["example_value"]``: shape, stride, storage offset, dtype, device,
+requires_grad; SymInts and Python values by their string).
+
+Workloads
+---------
+compile_static / compile_dynamic
+    ``torch.compile(model, backend="aot_eager", dynamic=False/True)``, first call
+    under ``torch.no_grad()``; ``torch._dynamo.reset()`` first.
+compile_train
+    Same (dynamic=False) in training mode: forward + backward of the sum of outputs.
+aot_function
+    ``functorch.compile.aot_function`` over ``functional_call(model, params, inputs)``
+    with forward/backward compilers that return the graph unchanged; forward +
+    backward (parameters require grad).
+make_fx_fake / make_fx_symbolic
+    ``make_fx(f, tracing_mode="fake"/"symbolic")`` of the functional forward
+    (parameters and buffers are graph inputs), under ``no_grad``.
+export
+    ``torch.export.export(model, inputs, strict=False)``.
+fake_forward
+    Plain forward of the model built inside a ``FakeTensorMode`` (model and inputs
+    constructed in the mode once, when the workload is created); each call times
+    one warm forward under ``no_grad``. Its "graph" is a summary of the outputs.
+
+``Workload.warm`` is False for every workload except ``fake_forward``: the runner
+clears torch's fake-tensor cache (and ``torch._dynamo.reset()``) before each
+repetition of a cold workload so each one is a true first trace.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.utils._pytree as pytree
+
+
+# --------------------------------------------------------------------------- #
+# Graph records
+# --------------------------------------------------------------------------- #
+
+
+def summarize_val(v: Any) -> Any:
+    """A hashable, printable summary of a node's ``val`` metadata."""
+    if isinstance(v, torch.Tensor):
+        try:
+            stride = tuple(str(s) for s in v.stride())
+            offset = str(v.storage_offset())
+        except Exception:  # sparse and friends
+            stride, offset = None, None
+        return (
+            "T",
+            tuple(str(s) for s in v.shape),
+            stride,
+            offset,
+            str(v.dtype),
+            str(v.device),
+            str(v.layout),
+            bool(v.requires_grad),
+        )
+    if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+        return (type(v).__name__, str(v))
+    if isinstance(v, (list, tuple)):
+        return (type(v).__name__, tuple(summarize_val(x) for x in v))
+    if isinstance(v, dict):
+        return ("dict", tuple((str(k), summarize_val(x)) for k, x in v.items()))
+    if v is None or isinstance(v, (bool, int, float, str, torch.dtype, torch.device)):
+        return (type(v).__name__, repr(v))
+    return (type(v).__name__,)
+
+
+@dataclass
+class GraphRecord:
+    label: str  # e.g. "dynamo[0]", "aot_fw[0]", "make_fx", "export", "outputs"
+    code: str
+    meta: list[tuple]  # (node name, op, target, summary of val/example_value)
+
+    def meta_lines(self) -> list[str]:
+        return [f"{n} {op} {tgt}: {val}" for n, op, tgt, val in self.meta]
+
+
+def record_graph(label: str, gm: torch.fx.GraphModule) -> GraphRecord:
+    meta = []
+    for node in gm.graph.nodes:
+        if "val" in node.meta:
+            val = summarize_val(node.meta["val"])
+        elif "example_value" in node.meta:
+            val = summarize_val(node.meta["example_value"])
+        else:
+            val = None
+        meta.append((node.name, node.op, str(node.target), val))
+    return GraphRecord(label, gm.code, meta)
+
+
+def record_outputs(label: str, out: Any) -> GraphRecord:
+    leaves = pytree.tree_leaves(out)
+    meta = [(f"out{i}", "output", "", summarize_val(x)) for i, x in enumerate(leaves)]
+    return GraphRecord(label, "", meta)
+
+
+def diff_graphs(a: list[GraphRecord], b: list[GraphRecord], names=("stock", "fastfake")) -> str:
+    """'' when identical, else a short human-readable description of the first difference."""
+    import difflib
+
+    if [g.label for g in a] != [g.label for g in b]:
+        return f"graph lists differ: {names[0]}={[g.label for g in a]} {names[1]}={[g.label for g in b]}"
+    for ga, gb in zip(a, b):
+        for what, la, lb in (
+            ("code", ga.code.splitlines(), gb.code.splitlines()),
+            ("meta", ga.meta_lines(), gb.meta_lines()),
+        ):
+            if la != lb:
+                d = list(difflib.unified_diff(la, lb, names[0], names[1], n=1, lineterm=""))
+                return f"{ga.label} {what} differs:\n" + "\n".join(d[:40])
+    return ""
+
+
+# --------------------------------------------------------------------------- #
+# Helpers
+# --------------------------------------------------------------------------- #
+
+
+def _sum_outputs(out: Any) -> torch.Tensor:
+    leaves = [x for x in pytree.tree_leaves(out) if isinstance(x, torch.Tensor) and x.is_floating_point()]
+    total = leaves[0].sum()
+    for x in leaves[1:]:
+        total = total + x.sum()
+    return total
+
+
+def _param_inputs(model: torch.nn.Module, requires_grad: bool):
+    names, tensors = [], []
+    for n, p in model.named_parameters():
+        names.append(n)
+        tensors.append(p.detach().requires_grad_(requires_grad))
+    for n, b in model.named_buffers():
+        names.append(n)
+        tensors.append(b)
+    return names, tensors
+
+
+def _functional(model: torch.nn.Module, names: list[str]) -> Callable:
+    n = len(names)
+
+    def f(*args):
+        state = dict(zip(names, args[:n]))
+        return torch.func.functional_call(model, state, tuple(args[n:]))
+
+    return f
+
+
+@dataclass
+class Workload:
+    name: str
+    factory: Callable[..., Callable[..., list[GraphRecord]]]
+    warm: bool = False
+    uses_dynamo: bool = False
+    doc: str = ""
+
+    def __call__(self, model, inputs, *, spec=None, size: str = "default"):
+        return self.factory(model, inputs, spec=spec, size=size)
+
+
+# --------------------------------------------------------------------------- #
+# Workloads
+# --------------------------------------------------------------------------- #
+
+
+def _compile(model, inputs, *, dynamic: bool, train: bool):
+    from torch._dynamo.backends.debugging import aot_eager, boxed_nop
+
+    def run(capture: bool = False) -> list[GraphRecord]:
+        torch._dynamo.reset()
+        graphs: list[GraphRecord] = []
+        backend: Any = "aot_eager"
+        if capture:
+            counts = {"dynamo": 0, "aot_fw": 0, "aot_bw": 0}
+
+            def tagged(kind):
+                def compiler(gm, example_inputs):
+                    graphs.append(record_graph(f"{kind}[{counts[kind]}]", gm))
+                    counts[kind] += 1
+                    return boxed_nop(gm, example_inputs)
+
+                return compiler
+
+            def backend(gm, example_inputs):
+                graphs.append(record_graph(f"dynamo[{counts['dynamo']}]", gm))
+                counts["dynamo"] += 1
+                return aot_eager(gm, example_inputs, fw_compiler=tagged("aot_fw"), bw_compiler=tagged("aot_bw"))
+
+        compiled = torch.compile(model, backend=backend, dynamic=dynamic)
+        if train:
+            model.train()
+            try:
+                _sum_outputs(compiled(*inputs)).backward()
+            finally:
+                model.zero_grad(set_to_none=True)
+                model.eval()
+        else:
+            model.eval()
+            with torch.no_grad():
+                compiled(*inputs)
+        return graphs
+
+    return run
+
+
+def compile_static(model, inputs, *, spec=None, size="default"):
+    return _compile(model, inputs, dynamic=False, train=False)
+
+
+def compile_dynamic(model, inputs, *, spec=None, size="default"):
+    return _compile(model, inputs, dynamic=True, train=False)
+
+
+def compile_train(model, inputs, *, spec=None, size="default"):
+    return _compile(model, inputs, dynamic=False, train=True)
+
+
+def aot_function_workload(model, inputs, *, spec=None, size="default"):
+    from functorch.compile import aot_function
+
+    def run(capture: bool = False) -> list[GraphRecord]:
+        graphs: list[GraphRecord] = []
+
+        def tagged(kind):
+            def compiler(gm, example_inputs):
+                if capture:
+                    graphs.append(record_graph(kind, gm))
+                return gm
+
+            return compiler
+
+        model.eval()
+        names, tensors = _param_inputs(model, requires_grad=True)
+        compiled = aot_function(_functional(model, names), fw_compiler=tagged("aot_fw"), bw_compiler=tagged("aot_bw"))
+        _sum_outputs(compiled(*tensors, *inputs)).backward()
+        return graphs
+
+    return run
+
+
+def _make_fx(model, inputs, tracing_mode: str):
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def run(capture: bool = False) -> list[GraphRecord]:
+        model.eval()
+        names, tensors = _param_inputs(model, requires_grad=False)
+        with torch.no_grad():
+            gm = make_fx(_functional(model, names), tracing_mode=tracing_mode)(*tensors, *inputs)
+        return [record_graph("make_fx", gm)] if capture else []
+
+    return run
+
+
+def make_fx_fake(model, inputs, *, spec=None, size="default"):
+    return _make_fx(model, inputs, "fake")
+
+
+def make_fx_symbolic(model, inputs, *, spec=None, size="default"):
+    return _make_fx(model, inputs, "symbolic")
+
+
+def export_workload(model, inputs, *, spec=None, size="default"):
+    def run(capture: bool = False) -> list[GraphRecord]:
+        model.eval()
+        ep = torch.export.export(model, tuple(inputs), strict=False)
+        return [record_graph("export", ep.graph_module)] if capture else []
+
+    return run
+
+
+def fake_forward(model, inputs, *, spec=None, size="default"):
+    """Model and inputs are (re)built inside one FakeTensorMode when ``spec`` is
+    given; otherwise the given model's parameters are converted to fakes."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode()
+    if spec is not None:
+        with mode:
+            torch.manual_seed(0)
+            fmodel = spec.build(size).eval()
+            finputs = spec.make_inputs(size)
+
+        def forward():
+            return fmodel(*finputs)
+    else:
+        names, tensors = _param_inputs(model, requires_grad=False)
+        fparams = [mode.from_tensor(t, static_shapes=True) for t in tensors]
+        finputs = [mode.from_tensor(t, static_shapes=True) for t in inputs]
+        f = _functional(model.eval(), names)
+
+        def forward():
+            return f(*fparams, *finputs)
+
+    def run(capture: bool = False) -> list[GraphRecord]:
+        with mode, torch.no_grad():
+            out = forward()
+        return [record_outputs("outputs", out)] if capture else []
+
+    return run
+
+
+WORKLOADS: dict[str, Workload] = {
+    w.name: w
+    for w in (
+        Workload("compile_static", compile_static, uses_dynamo=True,
+                 doc='torch.compile(backend="aot_eager", dynamic=False), inference'),
+        Workload("compile_dynamic", compile_dynamic, uses_dynamo=True,
+                 doc='torch.compile(backend="aot_eager", dynamic=True), inference'),
+        Workload("compile_train", compile_train, uses_dynamo=True,
+                 doc='torch.compile(backend="aot_eager"), forward + backward'),
+        Workload("aot_function", aot_function_workload, doc="aot_function with nop compilers, fw + bw"),
+        Workload("make_fx_fake", make_fx_fake, doc='make_fx(tracing_mode="fake")'),
+        Workload("make_fx_symbolic", make_fx_symbolic, doc='make_fx(tracing_mode="symbolic")'),
+        Workload("export", export_workload, doc="torch.export.export(strict=False)"),
+        Workload("fake_forward", fake_forward, warm=True, doc="warm forward inside FakeTensorMode"),
+    )
+}
+
+WORKLOAD_NAMES: tuple[str, ...] = tuple(WORKLOADS)
+DEFAULT_WORKLOADS: tuple[str, ...] = ("compile_static", "compile_dynamic", "fake_forward")
+
+
+def get(name: str) -> Workload:
+    try:
+        return WORKLOADS[name]
+    except KeyError:
+        raise KeyError(f"unknown workload {name!r}; available: {', '.join(WORKLOADS)}") from None
+
+
+__all__ = [
+    "GraphRecord",
+    "WORKLOADS",
+    "WORKLOAD_NAMES",
+    "DEFAULT_WORKLOADS",
+    "Workload",
+    "diff_graphs",
+    "record_graph",
+    "summarize_val",
+    "get",
+]
