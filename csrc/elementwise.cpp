@@ -401,6 +401,62 @@ PyObject* build_output(
   return make_fake_tensor(mode, allocate(l, shape, dtype), device);
 }
 
+// The strides an OutLayout allocates, spelled out (for comparing two rules).
+Shape explicit_strides(const OutLayout& l, at::IntArrayRef shape) {
+  const int64_t ndim = static_cast<int64_t>(shape.size());
+  Shape st(ndim, 0);
+  switch (l.kind) {
+    case OutLayout::Strided:
+      return l.strides;
+    case OutLayout::ChannelsLast: {
+      const auto cl = c10::get_channels_last_strides_2d(shape);
+      st.assign(cl.begin(), cl.end());
+      return st;
+    }
+    case OutLayout::Contiguous:
+    default: {
+      int64_t mult = 1;
+      for (int64_t d = ndim - 1; d >= 0; --d) {
+        st[d] = mult;
+        mult *= std::max<int64_t>(shape[d], 1);
+      }
+      return st;
+    }
+  }
+}
+
+// Keep only the stride rules whose result equals stock's; reject the signature
+// when none does.
+void narrow_rules(
+    OpSpec& spec,
+    SigEntry& e,
+    PyObject* mode,
+    const std::vector<Operand>& ops,
+    at::IntArrayRef shape,
+    PyObject* device,
+    PyObject* stock) {
+  if (!is_fake_exact(stock)) {
+    e.state = -1;
+    bump(EwRejectMismatch);
+    return;
+  }
+  for (uint8_t rule : {kRuleTI, kRuleRef}) {
+    if (!(e.rules & rule)) continue;
+    PyObject* cand = build_output(mode, rule, ops, shape, e.dtype, device);
+    std::string diff = cand ? compare_fake(cand, stock) : std::string("build failed");
+    Py_XDECREF(cand);
+    if (PyErr_Occurred()) PyErr_Clear();
+    if (!diff.empty()) {
+      e.rules &= ~rule;
+      spec.last_mismatch = diff;
+    }
+  }
+  if (e.rules == 0) {
+    e.state = -1;
+    bump(EwRejectMismatch);
+  }
+}
+
 const c10::Device& dev_of(PyObject* device) {
   return reinterpret_cast<THPDevice*>(device)->device;
 }
@@ -763,9 +819,27 @@ PyObject* try_elementwise(
   // ---- learned signature ----
   auto sit = spec.sigs.find(sig);
   if (sit != spec.sigs.end()) {
-    const SigEntry& e = sit->second;
+    SigEntry& e = sit->second;
     if (e.state < 0) {
       return fallback(EwFbRejected);
+    }
+    if (!spec.inplace && e.rules == (kRuleTI | kRuleRef)) {
+      // Both rules reproduced stock when this signature was admitted. Where they
+      // disagree for this call, stock decides, and the entry keeps only the
+      // rule(s) that reproduced it.
+      OutLayout lt, lr;
+      ti_layout(ops, shape, lt);
+      ref_layout(ops, shape, lr);
+      if (explicit_strides(lt, shape) != explicit_strides(lr, shape)) {
+        *handled = true;
+        bump(EwDisambiguate);
+        PyObject* stock = call_stock_dispatch(mode, func, types, args, kwargs);
+        if (stock == nullptr) {
+          return nullptr;
+        }
+        narrow_rules(spec, e, mode, ops, shape, common, stock);
+        return stock;
+      }
     }
     *handled = true;
     ++spec.hits;

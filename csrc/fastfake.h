@@ -27,6 +27,7 @@ namespace fastfake {
   _(DispatchStock, "dispatch.stock")                                \
   _(EwHit, "elementwise.hit")                                       \
   _(EwAdmit, "elementwise.admit")                                   \
+  _(EwDisambiguate, "elementwise.disambiguate")                     \
   _(EwRejectError, "elementwise.reject.stock_error")                \
   _(EwRejectMismatch, "elementwise.reject.rule_mismatch")           \
   _(EwFbDisabled, "elementwise.fallback.disabled")                  \
