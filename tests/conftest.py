@@ -1,0 +1,32 @@
+"""Shared fixtures: every test starts and ends with fastfake uninstalled and zeroed counters."""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))  # `import parity` from the test modules
+
+import torch  # noqa: E402,F401  (fastfake._C needs libc10 loaded; see report)
+
+import fastfake  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _fastfake_clean_state():
+    fastfake.uninstall()
+    fastfake.reset_stats()
+    fastfake._C._inject_fault(0)
+    yield
+    fastfake._C._inject_fault(0)
+    fastfake.uninstall()
+    fastfake.reset_stats()
+    assert not fastfake.is_installed()
+
+
+# Stock FakeTensorMode logs every failing meta kernel with a full traceback at
+# ERROR level; the error tests provoke thousands of those on purpose. The log
+# output is not part of what is compared, so keep it quiet (and fast).
+logging.getLogger("torch._subclasses.fake_tensor").setLevel(logging.CRITICAL)
