@@ -177,67 +177,6 @@ def make_inputs_factory(operands):
     return make_inputs
 
 
-# KNOWN FASTFAKE BUGS (reported; reproducers with xfail(strict=True) at the end of
-# this file). The stride-rule signature only records a *layout class* per operand
-# (contiguous / channels-last / dense / broadcast / size-0 / size-1 ...). Strides
-# of size-1 dims, and all strides of numel-0 tensors, do not change that class,
-# but stock's output strides do depend on them, so a rule admitted for one such
-# stride pattern is reused for another and returns different strides:
-#   size0: an output with a size-0 dim gets other strides than stock's;
-#   size1: an output with size-1 dims gets other strides on those dims.
-# While a bug's reproducer still fails, property examples whose ONLY difference
-# is exactly that (strides of a result / in-place input, on size-1 dims or of a
-# numel-0 tensor) are collected in KNOWN_BUG_EXAMPLES and printed instead of
-# failing the run; every other field is still compared exactly. The tolerance
-# switches itself off as soon as the reproducer passes.
-KNOWN_BUG_EXAMPLES: dict[str, list[str]] = collections.defaultdict(list)
-_BUG_PRESENT: dict[str, bool] = {}
-
-
-def _bug_present(bug: str) -> bool:
-    if bug not in _BUG_PRESENT:
-        try:
-            REPRODUCERS[bug]()
-            _BUG_PRESENT[bug] = False
-        except AssertionError:
-            _BUG_PRESENT[bug] = True
-    return _BUG_PRESENT[bug]
-
-
-def _known_stride_bug(both: parity.Both) -> str | None:
-    """'size0' / 'size1' if every difference between stock and fastfake is one of
-    those known stride bugs (and that bug still reproduces), else None."""
-    stock = both.stock[0]
-    if not stock.ok:
-        return None
-    sd = stock.describe()
-    found = set()
-    for fast in both.fast:
-        fd = fast.describe()
-        for d in parity.diff_outcomes(stock, fast):
-            path = d.split(":", 1)[0]
-            for prefix, key in (("result.leaves[", "leaves"), ("result.inputs_after[", "inputs_after")):
-                if path.startswith(prefix) and path.endswith("[2].strides"):
-                    idx = int(path[len(prefix):].split("]", 1)[0])
-                    break
-            else:
-                return None
-            sm, fm = sd[key][idx][2], fd[key][idx][2]
-            if sm["sizes"] != fm["sizes"]:
-                return None
-            if 0 in sm["sizes"]:
-                found.add("size0")
-                continue
-            bad = [i for i, (x, y) in enumerate(zip(sm["strides"], fm["strides"])) if x != y]
-            if all(sm["sizes"][i] == 1 for i in bad):
-                found.add("size1")
-                continue
-            return None
-    if not found or not all(_bug_present(b) for b in found):
-        return None
-    return ",".join(sorted(found))
-
-
 def run_and_compare(test: str, fn, operands, label) -> parity.Both:
     if any(isinstance(o, TensorRecipe) and o.device == "cuda" for o in operands):
         # Autograd on a fake "cuda" output needs a CUDA device guard, which this
@@ -250,13 +189,7 @@ def run_and_compare(test: str, fn, operands, label) -> parity.Both:
     if TRACE:
         print(f"[trace] {label}", file=sys.stderr, flush=True)
     both = parity.run_both(fn, make_inputs_factory(operands))
-    try:
-        parity.assert_parity(both, label)
-    except AssertionError:
-        bug = _known_stride_bug(both)
-        if bug is None:
-            raise
-        KNOWN_BUG_EXAMPLES[bug].append(label)
+    parity.assert_parity(both, label)
     c = STATS[test]
     c["examples"] += 1
     if both.stock[0].ok:
@@ -508,22 +441,14 @@ def test_report_fast_path_share(capsys):
                 f"[properties] {test}: {c['examples']} examples, stock ok {ok}, errors "
                 f"{c['stock_error']}, 2nd run served {c['served']} ({share:.0%}); not served: {reasons}"
             )
-        for bug, examples in sorted(KNOWN_BUG_EXAMPLES.items()):
-            print(f"[properties] examples hitting known fastfake bug {bug}: {len(examples)}, e.g. {examples[0]}")
 
 
 # ---------------------------------------------------------------------------
-# Known fastfake bugs found by the property tests (minimal reproducers)
+# Regressions found by these property tests (fixed in 61b9a37): the signature's
+# layout class does not see strides of size-1 dims, nor stride order of numel-0
+# tensors, yet stock's output strides depend on them; a stride rule admitted for
+# one such pattern was reused for another and returned other strides.
 # ---------------------------------------------------------------------------
-
-SIZE0_BUG = (
-    "fastfake bug: size-0 output strides differ from stock when an admitted signature is "
-    "reused for size-0 operands with another stride order (layout class of numel-0 tensors)"
-)
-
-
-def _strided(shape, strides, dtype=torch.float32):
-    return TensorRecipeStrided(tuple(shape), tuple(strides), dtype)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -536,16 +461,22 @@ class TensorRecipeStrided:
         return torch.empty_strided(self.shape, self.strides, dtype=self.dtype)
 
 
+def _strided(shape, strides, dtype=torch.float32):
+    return TensorRecipeStrided(tuple(shape), tuple(strides), dtype)
+
+
 def _admit_then_check(fn, admit_ops, check_ops):
-    """Teach fastfake a signature with admit_ops, then compare stock vs fastfake on check_ops."""
+    """Teach fastfake a signature with admit_ops (fresh signature tables), then
+    compare stock vs fastfake (miss and hit) on check_ops."""
     parity.forget_signatures()
     parity.run_both(fn, lambda mode: tuple(o.build() for o in admit_ops), stock_runs=1, fast_runs=1)
     both = parity.run_both(fn, lambda mode: tuple(o.build() for o in check_ops))
     parity.assert_parity(both)
+    return both
 
 
-def _size0_reproducer():
-    # stock: (1, 1, 1) both times; fastfake's hit: (0, 0, 1)
+def test_regression_size0_strides_add():
+    # stock: (1, 1, 1) both times; the buggy hit returned (0, 0, 1)
     _admit_then_check(
         torch.add,
         [_strided((0, 0, 0), (1, 1, 1), torch.int32), _strided((0, 0, 1), (2, 1, 1), torch.int32)],
@@ -553,10 +484,21 @@ def _size0_reproducer():
     )
 
 
-def _size1_reproducer():
-    # (1, 1, 1, 2) contiguous, then the same shape with strides (2, 2, 1, 1) (what
-    # permute(0, 1, 3, 2) of a (1, 1, 2, 1) tensor gives; also "contiguous"):
-    # stock keeps (2, 2, 1, 1); fastfake's hit returns (2, 2, 2, 1)
+def test_regression_size0_strides_remainder_0dim():
+    # a (2, 0) tensor, contiguous then transposed, with a 0-dim bool tensor:
+    # stock: (1, 1) both times; the buggy hit returned (1, 2)
+    zero_dim_bool = _strided((), (), torch.bool)
+    _admit_then_check(
+        torch.remainder,
+        [_strided((2, 0), (1, 1)), zero_dim_bool],
+        [_strided((2, 0), (1, 2)), zero_dim_bool],
+    )
+
+
+def test_regression_size1_strides_neg():
+    # (1, 1, 1, 2) contiguous, then strides (2, 2, 1, 1) (permute(0, 1, 3, 2) of a
+    # (1, 1, 2, 1) tensor; also "contiguous"): stock keeps (2, 2, 1, 1), the buggy
+    # hit returned (2, 2, 2, 1)
     _admit_then_check(
         torch.neg,
         [_strided((1, 1, 1, 2), (2, 2, 2, 1))],
@@ -564,39 +506,9 @@ def _size1_reproducer():
     )
 
 
-REPRODUCERS = {"size0": _size0_reproducer, "size1": _size1_reproducer}
-SIZE1_BUG = (
-    "fastfake bug: strides on size-1 dims differ from stock when an admitted signature is "
-    "reused for an operand whose size-1 dims have other strides (layout class ignores them)"
-)
-
-
-@pytest.mark.xfail(reason=SIZE0_BUG, strict=True)
-def test_bug_size0_strides_add():
-    _size0_reproducer()
-
-
-@pytest.mark.xfail(reason=SIZE1_BUG, strict=True)
-def test_bug_size1_strides_neg():
-    _size1_reproducer()
-
-
-@pytest.mark.xfail(reason=SIZE1_BUG, strict=True)
-def test_bug_size1_strides_abs_uint8():
+def test_regression_size1_strides_abs_uint8():
     _admit_then_check(
         torch.abs,
         [_strided((1, 1, 1, 2), (2, 2, 2, 1), torch.uint8)],
         [_strided((1, 1, 1, 2), (2, 2, 1, 1), torch.uint8)],
-    )
-
-
-@pytest.mark.xfail(reason=SIZE0_BUG, strict=True)
-def test_bug_size0_strides_remainder_0dim():
-    # a (2, 0) tensor, contiguous then transposed, with a 0-dim bool tensor:
-    # stock: (1, 1) both times; fastfake's hit: (1, 2)
-    zero_dim_bool = _strided((), (), torch.bool)
-    _admit_then_check(
-        torch.remainder,
-        [_strided((2, 0), (1, 1)), zero_dim_bool],
-        [_strided((2, 0), (1, 2)), zero_dim_bool],
     )
