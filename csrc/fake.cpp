@@ -130,8 +130,15 @@ std::string compare_fake(PyObject* a, PyObject* b) {
       return "fake_mode: different modes";
     }
   }
-  if (x.device() != y.device()) {
-    return "underlying device: " + x.device().str() + " vs " + y.device().str();
+  // Not x.device(): for FakeTensors that dispatches prim.device to Python (and
+  // shows up in FakeTensor.__torch_dispatch__ counts). The storage's device is the
+  // real (meta) device; the fake device was compared above.
+  const auto* xi = x.unsafeGetTensorImpl();
+  const auto* yi = y.unsafeGetTensorImpl();
+  if (xi->has_storage() && yi->has_storage() &&
+      xi->storage().device() != yi->storage().device()) {
+    return "storage device: " + xi->storage().device().str() + " vs " +
+        yi->storage().device().str();
   }
   if (x.requires_grad() != y.requires_grad()) {
     return "requires_grad: " + fmt(x.requires_grad()) + " vs " + fmt(y.requires_grad());
