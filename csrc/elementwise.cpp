@@ -223,7 +223,7 @@ struct OutLayout {
 };
 
 // TensorIterator (functional op, output allocated by the iterator).
-bool ti_layout(const std::vector<Operand>& ops, at::IntArrayRef shape, OutLayout& out) {
+void ti_layout(const std::vector<Operand>& ops, at::IntArrayRef shape, OutLayout& out) {
   // compute_shape(): all_ops_same_shape_
   bool has_scalars = false, has_tensors = false, same = true;
   bool first = true;
@@ -253,11 +253,11 @@ bool ti_layout(const std::vector<Operand>& ops, at::IntArrayRef shape, OutLayout
     }
     if (contig) {
       out.kind = OutLayout::Contiguous;
-      return true;
+      return;
     }
     if (cl) {
       out.kind = OutLayout::ChannelsLast;
-      return true;
+      return;
     }
     if (nod) {
       // NON_OVERLAPPING_DENSE: every operand has the same strides; the output takes them.
@@ -273,14 +273,14 @@ bool ti_layout(const std::vector<Operand>& ops, at::IntArrayRef shape, OutLayout
       if (equal) {
         out.kind = OutLayout::Strided;
         out.strides.assign(ref.begin(), ref.end());
-        return true;
+        return;
       }
     }
   }
   const int64_t ndim = static_cast<int64_t>(shape.size());
   if (ndim <= 1) {
     out.kind = OutLayout::Contiguous;
-    return true;
+    return;
   }
   std::vector<Shape> strides;
   strides.reserve(ops.size());
@@ -297,7 +297,7 @@ bool ti_layout(const std::vector<Operand>& ops, at::IntArrayRef shape, OutLayout
   }
   if (inverted) {
     out.kind = OutLayout::Contiguous;
-    return true;
+    return;
   }
   // compatible_stride() over the permuted shape (no max(size, 1)), then invert.
   out.kind = OutLayout::Strided;
@@ -307,12 +307,11 @@ bool ti_layout(const std::vector<Operand>& ops, at::IntArrayRef shape, OutLayout
     out.strides[perm[d]] = next;
     next *= shape[perm[d]];
   }
-  return true;
 }
 
 // torch._prims_common.compute_elementwise_output_strides over the operands
 // broadcast to `shape` (Python reference meta kernels).
-bool ref_layout(const std::vector<Operand>& ops, at::IntArrayRef shape, OutLayout& out) {
+void ref_layout(const std::vector<Operand>& ops, at::IntArrayRef shape, OutLayout& out) {
   const int64_t ndim = static_cast<int64_t>(shape.size());
   std::vector<Shape> strides;
   for (const auto& op : ops) {
@@ -322,12 +321,12 @@ bool ref_layout(const std::vector<Operand>& ops, at::IntArrayRef shape, OutLayou
   }
   if (strides.empty() || ndim == 0) {
     out.kind = OutLayout::Contiguous;
-    return true;
+    return;
   }
   if (ndim == 1) {
     out.kind = OutLayout::Strided;
     out.strides.assign(1, 1);
-    return true;
+    return;
   }
   int64_t numel = 1;
   for (int64_t s : shape) numel *= s;
@@ -336,12 +335,12 @@ bool ref_layout(const std::vector<Operand>& ops, at::IntArrayRef shape, OutLayou
     if (c10::_compute_non_overlapping_and_dense<int64_t>(shape, st)) {
       out.kind = OutLayout::Strided;
       out.strides = st;
-      return true;
+      return;
     }
     out.kind = OutLayout::Strided;
     const auto inferred = at::infer_dense_strides(shape, st);
     out.strides.assign(inferred.begin(), inferred.end());
-    return true;
+    return;
   }
   bool contig = true, cl = true;
   for (const auto& st : strides) {
@@ -351,7 +350,7 @@ bool ref_layout(const std::vector<Operand>& ops, at::IntArrayRef shape, OutLayou
   Shape l2p; // logical to physical, outermost first
   if (contig && !cl) {
     out.kind = OutLayout::Contiguous;
-    return true;
+    return;
   }
   if (cl && !contig) {
     l2p.push_back(0);
@@ -369,7 +368,6 @@ bool ref_layout(const std::vector<Operand>& ops, at::IntArrayRef shape, OutLayou
     out.strides[l2p[d]] = mult;
     mult *= std::max<int64_t>(shape[l2p[d]], 1);
   }
-  return true;
 }
 
 at::Tensor allocate(const OutLayout& l, at::IntArrayRef shape, at::ScalarType dtype) {
@@ -394,9 +392,10 @@ PyObject* build_output(
     at::ScalarType dtype,
     PyObject* device) {
   OutLayout l;
-  const bool ok = rule == kRuleTI ? ti_layout(ops, shape, l) : ref_layout(ops, shape, l);
-  if (!ok) {
-    return nullptr;
+  if (rule == kRuleTI) {
+    ti_layout(ops, shape, l);
+  } else {
+    ref_layout(ops, shape, l);
   }
   return make_fake_tensor(mode, allocate(l, shape, dtype), device);
 }
@@ -437,6 +436,7 @@ void narrow_rules(
     PyObject* stock) {
   if (!is_fake_exact(stock)) {
     e.state = -1;
+    spec.last_mismatch = std::string("result type ") + Py_TYPE(stock)->tp_name;
     bump(EwRejectMismatch);
     return;
   }
@@ -882,38 +882,15 @@ PyObject* try_elementwise(
     spec.sigs.emplace(std::move(sig), entry);
     return stock;
   }
-  if (!is_fake_exact(stock)) {
-    entry.state = -1;
-    spec.last_mismatch = std::string("result type ") + Py_TYPE(stock)->tp_name;
-    spec.sigs.emplace(std::move(sig), entry);
-    bump(EwRejectMismatch);
-    return stock;
+  // Learn the dtype; keep the stride rules that reproduce stock's result.
+  entry.state = 1;
+  entry.rules = kRuleTI | kRuleRef;
+  if (is_fake_exact(stock)) {
+    entry.dtype = THPVariable_Unpack(stock).scalar_type();
   }
-  entry.dtype = THPVariable_Unpack(stock).scalar_type();
-  std::string why_not;
-  for (uint8_t rule : {kRuleTI, kRuleRef}) {
-    PyObject* cand = build_output(mode, rule, ops, shape, entry.dtype, common);
-    if (cand == nullptr) {
-      if (PyErr_Occurred()) {
-        PyErr_Clear();
-      }
-      continue;
-    }
-    const std::string diff = compare_fake(cand, stock);
-    Py_DECREF(cand);
-    if (diff.empty()) {
-      entry.rules |= rule;
-    } else if (why_not.empty()) {
-      why_not = diff;
-    }
-  }
-  if (entry.rules != 0) {
-    entry.state = 1;
+  narrow_rules(spec, entry, mode, ops, shape, common, stock);
+  if (entry.state > 0) {
     bump(EwAdmit);
-  } else {
-    entry.state = -1;
-    spec.last_mismatch = why_not;
-    bump(EwRejectMismatch);
   }
   spec.sigs.emplace(std::move(sig), entry);
   return stock;

@@ -87,7 +87,6 @@ struct PyRefs {
   PyTypeObject* fake_tensor_type = nullptr; // torch._subclasses.fake_tensor.FakeTensor
   PyObject* fake_mode_type = nullptr; // FakeTensorMode
   PyObject* stock_torch_dispatch = nullptr; // original FakeTensorMode.__torch_dispatch__
-  PyObject* stock_device_property = nullptr; // original FakeTensor.device property
   PyObject* simple_call_counter = nullptr; // torch.utils._stats.simple_call_counter
   PyObject* crosscheck_hook = nullptr; // fastfake._crosscheck.check
   PyObject* fake_dict_template = nullptr; // __dict__ of a stock-built FakeTensor
@@ -103,7 +102,6 @@ struct PyRefs {
   PyObject* s_propagate_real_tensors = nullptr;
   PyObject* s_allow_unsafe_data_ptr_access = nullptr;
   PyObject* s_dispatch_counter_key = nullptr; // "FakeTensorMode.__torch_dispatch__"
-  PyObject* s_dict = nullptr; // "__dict__"
 };
 extern PyRefs g_py;
 

@@ -39,7 +39,6 @@ PYBIND11_MODULE(_C, m) {
   g_py.s_propagate_real_tensors = intern("propagate_real_tensors");
   g_py.s_allow_unsafe_data_ptr_access = intern("_allow_unsafe_data_ptr_access");
   g_py.s_dispatch_counter_key = intern("FakeTensorMode.__torch_dispatch__");
-  g_py.s_dict = intern("__dict__");
   g_py.s_is_exporting_flag = intern("_is_exporting_flag");
 
   m.def(
@@ -47,7 +46,6 @@ PYBIND11_MODULE(_C, m) {
       [](py::handle fake_tensor_type,
          py::handle fake_mode_type,
          py::handle stock_torch_dispatch,
-         py::handle stock_device_property,
          py::handle simple_call_counter,
          py::handle crosscheck_hook,
          py::handle fake_dict_template,
@@ -59,7 +57,6 @@ PYBIND11_MODULE(_C, m) {
         Py_XSETREF(reinterpret_cast<PyObject*&>(g_py.fake_tensor_type), ftt);
         set_ref(g_py.fake_mode_type, fake_mode_type);
         set_ref(g_py.stock_torch_dispatch, stock_torch_dispatch);
-        set_ref(g_py.stock_device_property, stock_device_property);
         set_ref(g_py.simple_call_counter, simple_call_counter);
         set_ref(g_py.crosscheck_hook, crosscheck_hook);
         set_ref(g_py.fake_dict_template, fake_dict_template);

@@ -5,7 +5,6 @@ def setup(
     fake_tensor_type: type,
     fake_mode_type: type,
     stock_torch_dispatch: Callable[..., Any],
-    stock_device_property: property,
     simple_call_counter: dict[str, int],
     crosscheck_hook: Callable[..., bool],
     fake_dict_template: dict[str, Any],

@@ -122,7 +122,6 @@ def _setup() -> None:
         ft.FakeTensor,
         ft.FakeTensorMode,
         _original(ft.FakeTensorMode, "__torch_dispatch__"),
-        _original(ft.FakeTensor, "device"),
         stats_mod.simple_call_counter,
         check,
         template,
