@@ -9,17 +9,6 @@ import fastfake
 from fastfake import _C
 
 
-@pytest.fixture(autouse=True)
-def _clean():
-    fastfake.uninstall()
-    fastfake.reset_stats()
-    _C._inject_fault(0)
-    yield
-    _C._inject_fault(0)
-    fastfake.uninstall()
-    fastfake.reset_stats()
-
-
 def _meta(t):
     return (type(t), tuple(t.shape), t.stride(), t.dtype, str(t.device), t.storage_offset())
 

@@ -11,15 +11,6 @@ import fastfake
 DEVICE_DESCR_TYPE = "fastfake._C.DeviceDescriptor"
 
 
-@pytest.fixture(autouse=True)
-def _clean():
-    fastfake.uninstall()
-    fastfake.reset_stats()
-    yield
-    fastfake.uninstall()
-    fastfake.reset_stats()
-
-
 @pytest.fixture
 def stock_device():
     prop = FakeTensor.__dict__["device"]

@@ -10,21 +10,11 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
 
 import fastfake
 
 PKG = pathlib.Path(fastfake.__file__).resolve().parent
 ROOT = PKG.parent
-
-
-@pytest.fixture(autouse=True)
-def _clean():
-    fastfake.uninstall()
-    fastfake.reset_stats()
-    yield
-    fastfake.uninstall()
-    fastfake.reset_stats()
 
 
 def _run(code: str, pythonpath: str) -> subprocess.CompletedProcess:

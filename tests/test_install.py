@@ -16,15 +16,6 @@ FAST_DISPATCH_TYPE = "fastfake._C.FastDispatch"
 DEVICE_DESCR_TYPE = "fastfake._C.DeviceDescriptor"
 
 
-@pytest.fixture(autouse=True)
-def _clean():
-    fastfake.uninstall()
-    fastfake.reset_stats()
-    yield
-    fastfake.uninstall()
-    fastfake.reset_stats()
-
-
 def _tname(obj: object) -> str:
     t = type(obj)
     return f"{t.__module__}.{t.__qualname__}"

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import re
 
-import pytest
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
@@ -12,15 +11,6 @@ from torch.utils._stats import simple_call_counter
 import fastfake
 
 STOCK_KEY = "FakeTensorMode.__torch_dispatch__"
-
-
-@pytest.fixture(autouse=True)
-def _clean():
-    fastfake.uninstall()
-    fastfake.reset_stats()
-    yield
-    fastfake.uninstall()
-    fastfake.reset_stats()
 
 
 def _delta(before: dict[str, int]) -> dict[str, int]:
