@@ -89,29 +89,56 @@ PyObject* fast_dispatch_call(
   PyObject* args = argv[3];
   PyObject* kwargs = nargs == 5 ? argv[4] : nullptr;
 
-  const uint64_t hits_before = g_stats[EwHit];
-  bool handled = false;
-  PyObject* r = try_elementwise(mode, func, types, args, kwargs, &handled);
-  if (handled) {
-    if (r != nullptr && g_stats[EwHit] != hits_before) {
-      // served from C++: keep stock's call counter, then optionally verify
-      if (!count_dispatch()) {
+  // A result built here (not by stock): keep stock's call counter, then verify
+  // it against stock when crosscheck is on.
+  auto finish = [&](PyObject* r) -> PyObject* {
+    if (!count_dispatch()) {
+      Py_DECREF(r);
+      return nullptr;
+    }
+    if (g_config.crosscheck && g_py.crosscheck_hook != nullptr) {
+      bump(CrossChecked);
+      PyObject* cargv[6] = {mode, func, types, args, kwargs ? kwargs : Py_None, r};
+      PyObject* ok = PyObject_Vectorcall(g_py.crosscheck_hook, cargv, 6, nullptr);
+      if (ok == nullptr) {
+        bump(CrossMismatch);
         Py_DECREF(r);
         return nullptr;
       }
-      if (g_config.crosscheck && g_py.crosscheck_hook != nullptr) {
-        bump(CrossChecked);
-        PyObject* cargv[6] = {mode, func, types, args, kwargs ? kwargs : Py_None, r};
-        PyObject* ok = PyObject_Vectorcall(g_py.crosscheck_hook, cargv, 6, nullptr);
-        if (ok == nullptr) {
-          bump(CrossMismatch);
-          Py_DECREF(r);
-          return nullptr;
-        }
-        Py_DECREF(ok);
-      }
+      Py_DECREF(ok);
     }
     return r;
+  };
+
+  // prim.device: stock answers it before its cache (_device_handler), from the
+  // argument's own mode and fake device.
+  if (func == g_py.prim_device_op && PyTuple_Check(args) && PyTuple_GET_SIZE(args) == 1 &&
+      (kwargs == nullptr || kwargs == Py_None ||
+       (PyDict_Check(kwargs) && PyDict_GET_SIZE(kwargs) == 0))) {
+    PyObject* t = PyTuple_GET_ITEM(args, 0);
+    PyObject* tmode = is_fake_exact(t) ? instance_attr(t, g_py.s_fake_mode) : nullptr;
+    PyObject* in_kernel = tmode ? instance_attr(tmode, g_py.s_in_kernel_invocation) : nullptr;
+    PyObject* dev = in_kernel == Py_True ? g_py.meta_device
+        : in_kernel == Py_False          ? instance_attr(t, g_py.s_fake_device)
+                                         : nullptr;
+    if (dev != nullptr) {
+      bump(DispatchPrimDevice);
+      Py_INCREF(dev);
+      return count_dispatch() ? dev : (Py_DECREF(dev), nullptr);
+    }
+  }
+
+  bool handled = false, served = false;
+  PyObject* r = try_elementwise(mode, func, types, args, kwargs, &handled, &served);
+  if (handled) {
+    return (r != nullptr && served) ? finish(r) : r;
+  }
+  if (PyErr_Occurred()) {
+    return nullptr;
+  }
+  r = try_cache(mode, func, types, args, kwargs, &handled, &served);
+  if (handled) {
+    return (r != nullptr && served) ? finish(r) : r;
   }
   if (PyErr_Occurred()) {
     return nullptr;

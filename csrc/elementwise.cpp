@@ -541,8 +541,10 @@ PyObject* try_elementwise(
     PyObject* types,
     PyObject* args,
     PyObject* kwargs,
-    bool* handled) {
+    bool* handled,
+    bool* served) {
   *handled = false;
+  *served = false;
   auto it = g_ops.find(func);
   if (it == g_ops.end()) {
     return nullptr;
@@ -842,6 +844,7 @@ PyObject* try_elementwise(
       }
     }
     *handled = true;
+    *served = true;
     ++spec.hits;
     bump(EwHit);
     if (spec.inplace) {

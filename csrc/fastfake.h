@@ -25,6 +25,7 @@ namespace fastfake {
 #define FASTFAKE_FOR_EACH_STAT(_)                                   \
   _(DispatchTotal, "dispatch.total")                                \
   _(DispatchStock, "dispatch.stock")                                \
+  _(DispatchPrimDevice, "dispatch.prim_device")                     \
   _(EwHit, "elementwise.hit")                                       \
   _(EwAdmit, "elementwise.admit")                                   \
   _(EwDisambiguate, "elementwise.disambiguate")                     \
@@ -48,6 +49,18 @@ namespace fastfake {
   _(EwFbDevice, "elementwise.fallback.device_mix")                  \
   _(EwFbRejected, "elementwise.fallback.rejected_signature")        \
   _(EwFbSigLimit, "elementwise.fallback.signature_limit")           \
+  _(CacheHit, "cache.hit")                                          \
+  _(CacheMiss, "cache.miss")                                        \
+  _(CacheEvict, "cache.evict")                                      \
+  _(CacheBypassNotOp, "cache.bypass.not_an_op_overload")            \
+  _(CacheBypassModeState, "cache.bypass.mode_state")                \
+  _(CacheBypassOtherMode, "cache.bypass.other_fake_mode")           \
+  _(CacheBypassConstant, "cache.bypass.constant")                   \
+  _(CacheBypassSymbolic, "cache.bypass.symbolic_shape")             \
+  _(CacheBypassLayout, "cache.bypass.layout")                       \
+  _(CacheBypassNonFake, "cache.bypass.non_fake_tensor")             \
+  _(CacheBypassArgType, "cache.bypass.argument_type")               \
+  _(CacheBypassStock, "cache.bypass.stock_uncacheable")             \
   _(CrossChecked, "crosscheck.checked")                             \
   _(CrossMismatch, "crosscheck.mismatch")                           \
   _(DeviceFast, "device.fast")                                      \
@@ -75,6 +88,8 @@ struct Config {
   bool crosscheck = false;
   // Maximum number of learned signatures per elementwise op.
   size_t max_signatures_per_op = 1024;
+  bool cache = false;
+  size_t cache_max_entries = 1 << 16;
   // Testing only: corrupt the dtype of the next N fast results.
   int inject_fault = 0;
 };
@@ -94,6 +109,14 @@ struct PyRefs {
   PyObject* compiler_dict = nullptr; // torch.compiler.__dict__
   PyObject* export_leak_check = nullptr; // () -> bool
   PyObject* s_is_exporting_flag = nullptr;
+  PyObject* cache_learn_hook = nullptr; // fastfake._cache.learn
+  PyObject* op_overload_type = nullptr; // torch._ops.OpOverload
+  PyObject* prim_device_op = nullptr; // torch.ops.prim.device.default
+  PyObject* pre_dispatch_infra_modes = nullptr; // torch._ops pre-dispatch [PROXY, FUNCTIONAL]
+  PyObject* s_shape_env = nullptr;
+  PyObject* s_settings = nullptr;
+  PyObject* s_cache_enabled = nullptr;
+  PyObject* s_cache_crosscheck_enabled = nullptr;
   // interned attribute names
   PyObject* s_fake_mode = nullptr;
   PyObject* s_fake_device = nullptr; // "_fake_device"
@@ -153,18 +176,35 @@ void register_elementwise(
 void clear_elementwise();
 bool is_elementwise_registered(PyObject* op);
 
-// Try the fast path. Returns a new reference on success; nullptr with no error
-// set when the call must go to stock; nullptr with an error set on failure.
+// Try the fast path. *handled: the call was dealt with here (the return value is
+// the result, or nullptr with stock's error set); otherwise the caller passes it
+// on. *served: the result was built here rather than by stock (admission).
 PyObject* try_elementwise(
     PyObject* mode,
     PyObject* func,
     PyObject* types,
     PyObject* args,
     PyObject* kwargs,
-    bool* handled);
+    bool* handled,
+    bool* served);
 
 // Per-op view of the learned signature tables (for reports and tests).
 PyObject* elementwise_report();
+
+// ---------------------------------------------------------------------------
+// cache.cpp
+// ---------------------------------------------------------------------------
+// Same contract as try_elementwise; *served: rebuilt from a cache entry.
+PyObject* try_cache(
+    PyObject* mode,
+    PyObject* func,
+    PyObject* types,
+    PyObject* args,
+    PyObject* kwargs,
+    bool* handled,
+    bool* served);
+void cache_clear();
+size_t cache_size();
 
 // ---------------------------------------------------------------------------
 // dispatch.cpp

@@ -40,6 +40,10 @@ PYBIND11_MODULE(_C, m) {
   g_py.s_allow_unsafe_data_ptr_access = intern("_allow_unsafe_data_ptr_access");
   g_py.s_dispatch_counter_key = intern("FakeTensorMode.__torch_dispatch__");
   g_py.s_is_exporting_flag = intern("_is_exporting_flag");
+  g_py.s_shape_env = intern("shape_env");
+  g_py.s_settings = intern("settings");
+  g_py.s_cache_enabled = intern("cache_enabled");
+  g_py.s_cache_crosscheck_enabled = intern("cache_crosscheck_enabled");
 
   m.def(
       "setup",
@@ -51,7 +55,11 @@ PYBIND11_MODULE(_C, m) {
          py::handle fake_dict_template,
          py::handle meta_device,
          py::handle compiler_dict,
-         py::handle export_leak_check) {
+         py::handle export_leak_check,
+         py::handle cache_learn_hook,
+         py::handle op_overload_type,
+         py::handle pre_dispatch_infra_modes,
+         py::handle prim_device_op) {
         PyObject* ftt = nullptr;
         set_ref(ftt, fake_tensor_type);
         Py_XSETREF(reinterpret_cast<PyObject*&>(g_py.fake_tensor_type), ftt);
@@ -63,6 +71,10 @@ PYBIND11_MODULE(_C, m) {
         set_ref(g_py.meta_device, meta_device);
         set_ref(g_py.compiler_dict, compiler_dict);
         set_ref(g_py.export_leak_check, export_leak_check);
+        set_ref(g_py.cache_learn_hook, cache_learn_hook);
+        set_ref(g_py.op_overload_type, op_overload_type);
+        set_ref(g_py.pre_dispatch_infra_modes, pre_dispatch_infra_modes);
+        set_ref(g_py.prim_device_op, prim_device_op);
       },
       "Bind the torch objects the extension works with.");
 
@@ -77,21 +89,35 @@ PYBIND11_MODULE(_C, m) {
 
   m.def(
       "set_config",
-      [](bool elementwise, bool crosscheck, size_t max_signatures_per_op) {
+      [](bool elementwise,
+         bool cache,
+         bool crosscheck,
+         size_t max_signatures_per_op,
+         size_t cache_max_entries) {
         g_config.elementwise = elementwise;
+        g_config.cache = cache;
+        g_config.cache_max_entries = cache_max_entries;
         g_config.crosscheck = crosscheck;
         g_config.max_signatures_per_op = max_signatures_per_op;
       },
       py::arg("elementwise"),
+      py::arg("cache"),
       py::arg("crosscheck"),
-      py::arg("max_signatures_per_op"));
+      py::arg("max_signatures_per_op"),
+      py::arg("cache_max_entries"));
+  m.def("cache_clear", &cache_clear, "Drop every result-cache entry.");
+  m.def("cache_size", &cache_size, "Number of result-cache entries.");
   m.def(
       "_inject_fault",
       [](int n) { g_config.inject_fault = n; },
       "Testing only: give the next n fast results a wrong dtype.");
   m.def("get_config", []() {
     return py::make_tuple(
-        g_config.elementwise, g_config.crosscheck, g_config.max_signatures_per_op);
+        g_config.elementwise,
+        g_config.crosscheck,
+        g_config.max_signatures_per_op,
+        g_config.cache,
+        g_config.cache_max_entries);
   });
 
   m.def(

@@ -11,6 +11,10 @@ def setup(
     meta_device: Any,
     compiler_dict: dict[str, Any],
     export_leak_check: Callable[[], bool],
+    cache_learn_hook: Callable[..., Any],
+    op_overload_type: type,
+    pre_dispatch_infra_modes: list[Any],
+    prim_device_op: Any,
 ) -> None:
     """Bind the torch objects the extension works with (called once by install())."""
 
@@ -18,8 +22,10 @@ def make_fast_dispatch() -> Any:
     """A C-level method object to install as ``FakeTensorMode.__torch_dispatch__``.
 
     Per call: pointwise overloads registered with :func:`register_elementwise` are
-    served in C++ when the call's signature was admitted; everything else is passed
-    to the stock ``__torch_dispatch__`` unchanged.
+    served in C++ when the call's signature was admitted; other calls whose key has
+    a result-cache entry (learned from stock's own cache entry after a miss) are
+    rebuilt in C++; everything else is passed to the stock ``__torch_dispatch__``
+    unchanged.
     """
 
 def make_device_descriptor(stock: property) -> Any:
@@ -27,8 +33,22 @@ def make_device_descriptor(stock: property) -> Any:
     ``meta`` inside kernel invocation, else the tensor's fake device; delegates to
     ``stock`` for anything unusual, and for setting/deleting."""
 
-def set_config(*, elementwise: bool, crosscheck: bool, max_signatures_per_op: int) -> None: ...
-def get_config() -> tuple[bool, bool, int]: ...
+def set_config(
+    *,
+    elementwise: bool,
+    cache: bool,
+    crosscheck: bool,
+    max_signatures_per_op: int,
+    cache_max_entries: int,
+) -> None: ...
+def get_config() -> tuple[bool, bool, int, bool, int]:
+    """(elementwise, crosscheck, max_signatures_per_op, cache, cache_max_entries)"""
+
+def cache_clear() -> None:
+    """Drop every result-cache entry."""
+
+def cache_size() -> int:
+    """Number of result-cache entries."""
 def _inject_fault(n: int) -> None:
     """Testing only: the next ``n`` fast elementwise results get a wrong dtype."""
 

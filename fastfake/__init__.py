@@ -26,6 +26,7 @@ except ImportError as e:  # pragma: no cover - exercised by hand
 from ._crosscheck import CrosscheckError
 from ._install import (
     SUPPORTED_TORCH_VERSIONS,
+    cache_clear,
     enabled,
     install,
     is_installed,
@@ -36,6 +37,7 @@ from ._stats import elementwise_report, reset_stats, stats
 __all__ = [
     "__version__",
     "CrosscheckError",
+    "cache_clear",
     "SUPPORTED_TORCH_VERSIONS",
     "enabled",
     "elementwise_report",

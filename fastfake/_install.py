@@ -19,6 +19,8 @@ SUPPORTED_TORCH_VERSIONS = ("2.13.0",)
 
 # Upper bound on learned signatures per pointwise overload (see csrc/elementwise.cpp).
 MAX_SIGNATURES_PER_OP = 1024
+# Upper bound on result-cache entries (LRU, see csrc/cache.cpp).
+CACHE_MAX_ENTRIES = 1 << 16
 
 
 @dataclass(frozen=True)
@@ -105,10 +107,24 @@ def _export_leak_tracking() -> bool:
         return True
 
 
+def _pre_dispatch_infra_modes() -> list | None:
+    """The list torch._ops keeps the pre-dispatch [PROXY, FUNCTIONAL] modes in
+    (read by C++ for the 'proxy tracing active' part of the cache key)."""
+    state = torch._ops._mode_stack_state_for_pre_dispatch
+    modes = vars(state).get("_ModeStackStateForPreDispatch__infra_modes")
+    if not isinstance(modes, list):
+        raise RuntimeError(
+            f"fastfake cannot install on torch {torch.__version__}: the pre-dispatch "
+            "mode stack moved; supported versions: " + ", ".join(SUPPORTED_TORCH_VERSIONS)
+        )
+    return modes
+
+
 def _setup() -> None:
     if _State.setup_done:
         return
     ft, stats_mod = _torch_internals()
+    from ._cache import learn
     from ._crosscheck import check
 
     # A FakeTensor built by stock, whose __dict__ (keys and order) every fast
@@ -128,6 +144,10 @@ def _setup() -> None:
         torch.device("meta"),
         vars(torch.compiler),
         _export_leak_tracking,
+        learn,
+        torch._ops.OpOverload,
+        _pre_dispatch_infra_modes(),
+        torch.ops.prim.device.default,
     )
     _State.setup_done = True
 
@@ -150,7 +170,8 @@ def install(
 
     * ``elementwise``: pointwise ATen ops are computed in C++ (C-level
       ``FakeTensorMode.__torch_dispatch__``).
-    * ``cache``: per-op result cache (reserved; not active in this version).
+    * ``cache``: per-op result cache in C++ for every other op (static shapes),
+      filled from stock's own dispatch-cache entries.
     * ``device``: ``FakeTensor.device`` is served by a C-level descriptor.
     * ``crosscheck`` (or ``FASTFAKE_CROSSCHECK=1``): every fast result is
       recomputed by stock and compared; a mismatch raises
@@ -179,10 +200,16 @@ def install(
 
     _C.set_config(
         elementwise=opts.elementwise,
+        cache=opts.cache,
         crosscheck=opts.crosscheck,
         max_signatures_per_op=MAX_SIGNATURES_PER_OP,
+        cache_max_entries=CACHE_MAX_ENTRIES,
     )
-    _patch(ft.FakeTensorMode, "__torch_dispatch__", _C.make_fast_dispatch() if opts.elementwise else None)
+    _patch(
+        ft.FakeTensorMode,
+        "__torch_dispatch__",
+        _C.make_fast_dispatch() if (opts.elementwise or opts.cache) else None,
+    )
     _patch(
         ft.FakeTensor,
         "device",
@@ -207,7 +234,13 @@ def uninstall() -> None:
         if cls.__dict__.get(name) is not original:
             setattr(cls, name, original)
     if _State.setup_done:
-        _C.set_config(elementwise=False, crosscheck=False, max_signatures_per_op=MAX_SIGNATURES_PER_OP)
+        _C.set_config(
+            elementwise=False,
+            cache=False,
+            crosscheck=False,
+            max_signatures_per_op=MAX_SIGNATURES_PER_OP,
+            cache_max_entries=CACHE_MAX_ENTRIES,
+        )
     _State.options = None
 
 
@@ -240,3 +273,9 @@ def enabled(
 
 def current_options() -> Options | None:
     return _State.options
+
+
+def cache_clear() -> None:
+    """Drop every entry of fastfake's result cache (stock's is untouched:
+    ``FakeTensorMode.cache_clear()`` clears that one)."""
+    _C.cache_clear()

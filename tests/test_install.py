@@ -142,7 +142,7 @@ def test_device_false_leaves_device_stock(stock):
 
 def test_elementwise_false_leaves_dispatch_stock(stock):
     stock_dispatch, stock_device = stock
-    fastfake.install(elementwise=False)
+    fastfake.install(elementwise=False, cache=False)
     assert _dispatch() is stock_dispatch
     assert _tname(_device()) == DEVICE_DESCR_TYPE
     assert _C.get_config()[0] is False
@@ -154,7 +154,7 @@ def test_elementwise_false_leaves_dispatch_stock(stock):
 
 def test_both_false_patches_nothing(stock):
     before = _snapshot()
-    fastfake.install(elementwise=False, device=False)
+    fastfake.install(elementwise=False, cache=False, device=False)
     assert fastfake.is_installed()
     _assert_identical(before, _snapshot())
 
@@ -167,7 +167,7 @@ def test_reconfigure_without_device_patch(stock):
     fastfake.install(device=False, crosscheck=True)
     assert _C.get_config()[:2] == (True, True)
     assert _install.current_options().crosscheck is True
-    fastfake.install(elementwise=False, device=False)
+    fastfake.install(elementwise=False, cache=False, device=False)
     assert _dispatch() is stock_dispatch
     assert _C.get_config()[0] is False
     fastfake.install(device=False)
@@ -179,7 +179,7 @@ def test_reconfigure_without_device_patch(stock):
 def test_reconfigure_from_default_install(stock):
     stock_dispatch, stock_device = stock
     fastfake.install()
-    fastfake.install(elementwise=False)
+    fastfake.install(elementwise=False, cache=False)
     assert _dispatch() is stock_dispatch
     assert _tname(_device()) == DEVICE_DESCR_TYPE
     fastfake.install(device=False)
@@ -221,7 +221,7 @@ def test_enabled_restores_previous_options(stock):
     stock_dispatch, stock_device = stock
     fastfake.install(device=False)
     prev = _install.current_options()
-    with fastfake.enabled(elementwise=False, device=False, crosscheck=True):
+    with fastfake.enabled(elementwise=False, cache=False, device=False, crosscheck=True):
         assert _dispatch() is stock_dispatch
         assert _install.current_options().crosscheck is True
     assert _install.current_options() == prev
@@ -240,7 +240,7 @@ def test_enabled_nested_restores_each_level(stock):
         with fastfake.enabled(device=False, crosscheck=True):
             lvl2 = _install.current_options()
             assert lvl2.crosscheck and _C.get_config()[1] is True
-            with fastfake.enabled(elementwise=False, device=False):
+            with fastfake.enabled(elementwise=False, cache=False, device=False):
                 assert _dispatch() is stock_dispatch
                 assert _C.get_config()[0] is False
             assert _install.current_options() == lvl2
@@ -279,7 +279,7 @@ def test_enabled_restores_on_exception_when_uninstalled(stock):
 
 def test_enabled_restores_on_exception_when_installed(stock):
     stock_dispatch, stock_device = stock
-    fastfake.install(elementwise=False, device=False)
+    fastfake.install(elementwise=False, cache=False, device=False)
     prev = _install.current_options()
     with pytest.raises(KeyError):
         with fastfake.enabled(device=False, crosscheck=True):
@@ -359,7 +359,7 @@ def test_untested_torch_version_warns_once_and_installs(monkeypatch):
         warnings.simplefilter("always")
         fastfake.install(device=False)
         fastfake.uninstall()
-        fastfake.install(elementwise=False)
+        fastfake.install(elementwise=False, cache=False)
     assert not [x for x in w if issubclass(x.category, RuntimeWarning)], [str(x.message) for x in w]
     assert fastfake.is_installed()
 

@@ -88,8 +88,23 @@ def test_symbolic_shape_falls_back():
     assert isinstance(y.shape[0], torch.SymInt)
 
 
-def test_non_pointwise_op_goes_to_stock():
+def test_non_pointwise_op_miss_then_cache_hit():
     fastfake.install()
+    with FakeTensorMode():
+        a = torch.empty(2, 3)
+        b = torch.empty(3, 4)
+        s0 = fastfake.stats()
+        c = torch.mm(a, b)
+        c = torch.mm(a, b)
+        d = _delta(s0)
+    assert c.shape == (2, 4)
+    assert d.get("dispatch.total") == 2 and d.get("dispatch.stock") == 1, d
+    assert d.get("cache.miss") == 1 and d.get("cache.hit") == 1, d
+    assert not any(k.startswith("elementwise.") for k in d), d
+
+
+def test_non_pointwise_op_goes_to_stock_without_cache():
+    fastfake.install(cache=False)
     with FakeTensorMode():
         a = torch.empty(2, 3)
         b = torch.empty(3, 4)
