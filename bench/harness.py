@@ -41,9 +41,10 @@ def set_impl(impl: str) -> None:
 
 
 def forget_signatures() -> None:
-    """Make fastfake cold again: drop its learned elementwise signatures (the
-    registrations are restored at once). Uses fastfake internals; a no-op if they
-    are missing."""
+    """Make fastfake cold again: drop its result cache and its learned elementwise
+    signatures (the registrations are restored at once). Uses fastfake internals
+    for the latter; a no-op if they are missing."""
+    fastfake.cache_clear()
     try:
         from fastfake import _C, _registry
 
@@ -88,7 +89,7 @@ def dynamo_times() -> dict[str, float]:
 
 def collect_stats(cache_hits_before: int) -> dict[str, int]:
     st = {FTM_COUNTER: int(simple_call_counter.get(FTM_COUNTER, 0))}
-    st["cache.hit"] = int(_ft.FakeTensorMode.cache_hits - cache_hits_before)
+    st["stock_cache.hit"] = int(_ft.FakeTensorMode.cache_hits - cache_hits_before)
     if fastfake.is_installed():
         for k, v in fastfake.stats().items():
             if v:
@@ -101,12 +102,13 @@ def stats_line(st: dict[str, int]) -> str:
         f"{FTM_COUNTER}:{st.get(FTM_COUNTER, 0)}",
         f"elementwise.hit:{st.get('elementwise.hit', 0)}",
         f"cache.hit:{st.get('cache.hit', 0)}",
+        f"stock_cache.hit:{st.get('stock_cache.hit', 0)}",
     ]
     extra = [
         f"{k}:{v}"
         for k, v in sorted(st.items())
-        if v and (k.startswith("elementwise.fallback.") or k.startswith("elementwise.reject.")
-                  or k in ("elementwise.admit", "crosscheck.mismatch"))
+        if v and (k.startswith(("elementwise.fallback.", "elementwise.reject.", "cache.bypass."))
+                  or k in ("elementwise.admit", "cache.miss", "crosscheck.mismatch"))
     ]
     return "STATS: " + " | ".join(parts + extra)
 
