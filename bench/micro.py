@@ -51,6 +51,26 @@ def _add_inplace():
     return lambda: a.add_(b)
 
 
+def _mm():
+    a, b = torch.randn(64, 128), torch.randn(128, 256)
+    return lambda: torch.mm(a, b)
+
+
+def _layer_norm():
+    x, w, b = torch.randn(8, 128, 256), torch.randn(256), torch.randn(256)
+    return lambda: torch.nn.functional.layer_norm(x, (256,), w, b)
+
+
+def _view():
+    a = torch.randn(64, 128)
+    return lambda: a.view(128, 64)
+
+
+def _softmax():
+    a = torch.randn(8, 16, 128)
+    return lambda: torch.softmax(a, -1)
+
+
 def _device():
     a = torch.randn(64, 128)
     return lambda: a.device
@@ -65,6 +85,11 @@ OPS: dict[str, Callable[[], Callable[[], object]]] = {
     "where": _where,  # where(bool[64,128], [64,128], [64,128])
     "add_inplace": _add_inplace,  # [64,128].add_([64,128])
     "device": _device,  # FakeTensor.device property
+    # result-cache hits (after the first call)
+    "mm": _mm,  # [64,128] @ [128,256]
+    "layer_norm": _layer_norm,  # [8,128,256], affine
+    "view": _view,  # [64,128] -> [128,64]
+    "softmax": _softmax,  # [8,16,128], dim -1
 }
 
 

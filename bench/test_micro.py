@@ -67,3 +67,23 @@ def test_add_inplace(benchmark, impl):
 @pytest.mark.benchmark(group="device")
 def test_device(benchmark, impl):
     assert _bench(benchmark, "device") == torch.device("cpu")
+
+
+@pytest.mark.benchmark(group="mm")
+def test_mm(benchmark, impl):
+    _check_tensor(_bench(benchmark, "mm"), (64, 256))
+
+
+@pytest.mark.benchmark(group="layer_norm")
+def test_layer_norm(benchmark, impl):
+    _check_tensor(_bench(benchmark, "layer_norm"), (8, 128, 256))
+
+
+@pytest.mark.benchmark(group="view")
+def test_view(benchmark, impl):
+    _check_tensor(_bench(benchmark, "view"), (128, 64))
+
+
+@pytest.mark.benchmark(group="softmax")
+def test_softmax(benchmark, impl):
+    _check_tensor(_bench(benchmark, "softmax"), (8, 16, 128))
