@@ -40,6 +40,9 @@ __all__ = [
     "check",
     "describe_value",
     "diff_outcomes",
+    "aliasing",
+    "counters_with_prefix",
+    "diff_aliasing",
     "fast_path_counters",
     "run_both",
     "run_once",
@@ -108,7 +111,8 @@ def tensor_meta(t: torch.Tensor, own_mode: Any = None) -> dict[str, Any]:
     m["is_inference"] = t.is_inference()
     m["is_view"] = t._is_view()
     m["dispatch_keys"] = str(torch._C._dispatch_keys(t))
-    m["version"] = t._version
+    # inference tensors have no version counter (reading it raises)
+    m["version"] = None if t.is_inference() else t._version
     d = t.__dict__
     m["dict_keys"] = list(d.keys())
     vals = {}
@@ -179,22 +183,26 @@ class Both:
     fast: list[Outcome]
 
 
-def _hits() -> int:
-    for name, value in fastfake._C.counters():
-        if name == "elementwise.hit":
-            return value
-    raise KeyError("elementwise.hit")  # pragma: no cover
+HIT_COUNTERS: tuple[str, ...] = ("elementwise.hit",)
+
+
+def _hits(names: tuple[str, ...] = HIT_COUNTERS) -> int:
+    """Sum of the named fastfake counters (default: ``elementwise.hit``)."""
+    counters = dict(fastfake._C.counters())
+    return sum(counters[n] for n in names)
 
 
 class DispatchRecorder:
     """Wraps whatever ``FakeTensorMode.__torch_dispatch__`` currently is (stock or
     fastfake's C-level one) and records the *top-level* calls as
     ``(func, completed_without_error, served_by_fast_path)``. Nested calls made
-    by stock while handling a call (decompositions, python refs) are not recorded."""
+    by stock while handling a call (decompositions, python refs) are not recorded.
+    A call counts as served when one of ``hit_counters`` moved during it."""
 
-    def __init__(self) -> None:
+    def __init__(self, hit_counters: tuple[str, ...] = HIT_COUNTERS) -> None:
         self.calls: list[tuple[Any, bool, bool]] = []
         self._depth = 0
+        self._hit_counters = tuple(hit_counters)
 
     @contextlib.contextmanager
     def installed(self):
@@ -207,7 +215,7 @@ class DispatchRecorder:
         def recording_dispatch(mode, func, *rest):
             top = recorder._depth == 0
             recorder._depth += 1
-            hits_before = _hits() if top else 0
+            hits_before = _hits(recorder._hit_counters) if top else 0
             ok = False
             try:
                 r = inner.__get__(mode, cls)(func, *rest)
@@ -216,7 +224,7 @@ class DispatchRecorder:
             finally:
                 recorder._depth -= 1
                 if top:
-                    hit = _hits() > hits_before
+                    hit = _hits(recorder._hit_counters) > hits_before
                     recorder.calls.append((func, ok, hit))
 
         cls.__torch_dispatch__ = recording_dispatch
@@ -244,6 +252,7 @@ def run_once(
     mode_factory: Callable[[], Any] = FakeTensorMode,
     record: bool = False,
     clear_stock_cache: bool = True,
+    hit_counters: tuple[str, ...] = HIT_COUNTERS,
 ) -> Outcome:
     """Run ``fn(*make_inputs(mode))`` inside a fresh mode, with fastfake installed
     (``fast=True``) or uninstalled. Leaves fastfake uninstalled."""
@@ -251,7 +260,7 @@ def run_once(
         fastfake.install()
     else:
         fastfake.uninstall()
-    recorder = DispatchRecorder() if record else None
+    recorder = DispatchRecorder(hit_counters) if record else None
     if clear_stock_cache:
         # Stock's FakeTensorMode dispatch cache is class-level and history
         # dependent: e.g. an in-place op that resizes `self` (clamp_ with a
@@ -294,19 +303,22 @@ def run_both(
     fast_runs: int = 2,
     record: bool = False,
     clear_stock_cache: bool = True,
+    hit_counters: tuple[str, ...] = HIT_COUNTERS,
 ) -> Both:
     """Run ``fn`` ``stock_runs`` times in fresh stock FakeTensorModes (fastfake
     uninstalled) and ``fast_runs`` times in fresh FakeTensorModes with fastfake
     installed; inputs are made inside each mode by ``make_inputs(mode)``.
-    ``Outcome.stats`` of each fastfake run holds the counters of that run only."""
+    ``Outcome.stats`` of each fastfake run holds the counters of that run only.
+    With ``record=True`` a top-level call counts as served when one of
+    ``hit_counters`` moved during it."""
     stock = [
         run_once(fn, make_inputs, fast=False, mode_factory=mode_factory, record=record,
-                 clear_stock_cache=clear_stock_cache)
+                 clear_stock_cache=clear_stock_cache, hit_counters=hit_counters)
         for _ in range(stock_runs)
     ]
     fast = [
         run_once(fn, make_inputs, fast=True, mode_factory=mode_factory, record=record,
-                 clear_stock_cache=clear_stock_cache)
+                 clear_stock_cache=clear_stock_cache, hit_counters=hit_counters)
         for _ in range(fast_runs)
     ]
     return Both(stock, fast)
@@ -349,8 +361,12 @@ def diff_outcomes(stock: Outcome, fast: Outcome) -> list[str]:
     return out
 
 
-def assert_same_outcome(stock: Outcome, fast: Outcome, context: str = "") -> None:
+def assert_same_outcome(
+    stock: Outcome, fast: Outcome, context: str = "", *, with_aliasing: bool = False
+) -> None:
     diffs = diff_outcomes(stock, fast)
+    if with_aliasing:
+        diffs += diff_aliasing(stock, fast)
     if diffs:
         raise AssertionError(
             f"fastfake differs from stock{(' (' + context + ')') if context else ''}:\n  "
@@ -358,14 +374,16 @@ def assert_same_outcome(stock: Outcome, fast: Outcome, context: str = "") -> Non
         )
 
 
-def assert_parity(both: Both, context: str = "") -> None:
-    """Every stock run agrees with the first; every fastfake run agrees with stock."""
+def assert_parity(both: Both, context: str = "", *, with_aliasing: bool = False) -> None:
+    """Every stock run agrees with the first; every fastfake run agrees with stock.
+    ``with_aliasing=True`` also compares storage sharing and ``._base`` (:func:`aliasing`)."""
     ref = both.stock[0]
     for i, s in enumerate(both.stock[1:], 1):
-        assert_same_outcome(ref, s, f"{context} stock run {i} vs stock run 0 (test harness)")
+        assert_same_outcome(ref, s, f"{context} stock run {i} vs stock run 0 (test harness)",
+                            with_aliasing=with_aliasing)
     for i, f in enumerate(both.fast):
         s = both.stock[min(i, len(both.stock) - 1)]
-        assert_same_outcome(s, f, f"{context} fastfake run {i}")
+        assert_same_outcome(s, f, f"{context} fastfake run {i}", with_aliasing=with_aliasing)
 
 
 def check(
@@ -392,7 +410,56 @@ def check(
 
 def fast_path_counters(stats: dict[str, int]) -> dict[str, int]:
     """The non-zero elementwise.* counters of a stats() dict."""
-    return {k: v for k, v in stats.items() if k.startswith("elementwise.") and v}
+    return counters_with_prefix(stats, "elementwise.")
+
+
+def counters_with_prefix(stats: dict[str, int], prefix: str) -> dict[str, int]:
+    """The non-zero counters of a stats() dict whose name starts with ``prefix``."""
+    return {k: v for k, v in stats.items() if k.startswith(prefix) and v}
+
+
+# ---------------------------------------------------------------------------
+# Aliasing (not part of describe(): opt-in, see diff_aliasing)
+# ---------------------------------------------------------------------------
+
+
+def aliasing(outcome: Outcome) -> dict[str, Any]:
+    """Which tensors of one outcome share a storage, and what each ``._base`` is.
+
+    Tensors are the inputs (flattened args, after the call) followed by the output
+    leaves. Storages are numbered by first appearance (compared by
+    ``untyped_storage()._cdata``, i.e. the StorageImpl), so the description is
+    independent of addresses and comparable between runs. ``_base`` is named as
+    ``("input", i)`` / ``("output", j)`` when it *is* one of those objects, else by
+    its storage number."""
+    outs = optree.tree_leaves(outcome.value, none_is_leaf=True) if outcome.ok else []
+    tensors = [("input", i, x) for i, x in enumerate(outcome.inputs) if isinstance(x, torch.Tensor)]
+    tensors += [("output", j, x) for j, x in enumerate(outs) if isinstance(x, torch.Tensor)]
+    ids: dict[int, int] = {}
+
+    def storage_no(t: torch.Tensor) -> Any:
+        if t.layout != torch.strided:
+            return None
+        return ids.setdefault(t.untyped_storage()._cdata, len(ids))
+
+    def name_of(b: torch.Tensor | None) -> Any:
+        if b is None:
+            return None
+        for kind, i, x in tensors:
+            if x is b:
+                return (kind, i)
+        return ("other", storage_no(b))
+
+    storage = {f"{kind}{i}": storage_no(x) for kind, i, x in tensors}
+    base = {f"{kind}{i}": name_of(x._base) for kind, i, x in tensors}
+    return {"storage": storage, "base": base}
+
+
+def diff_aliasing(stock: Outcome, fast: Outcome) -> list[str]:
+    """Differences in storage sharing / ``._base`` between two outcomes."""
+    out: list[str] = []
+    _diff(aliasing(stock), aliasing(fast), "aliasing", out)
+    return out
 
 
 def forget_signatures() -> None:
