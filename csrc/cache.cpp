@@ -18,6 +18,7 @@
 // Bounded (LRU); entries hold strong references only to op overloads and
 // torch.device objects, never to modes, shape envs or tensors.
 #include "fastfake.h"
+#include "keys.h"
 
 #include <ATen/EmptyTensor.h>
 #include <c10/core/DefaultDtype.h>
@@ -37,18 +38,6 @@
 namespace fastfake {
 
 namespace {
-
-using Key = std::vector<int64_t>;
-
-struct KeyHash {
-  size_t operator()(const Key& v) const noexcept {
-    uint64_t h = 1469598103934665603ULL;
-    for (int64_t x : v) {
-      h ^= static_cast<uint64_t>(x) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-    }
-    return static_cast<size_t>(h);
-  }
-};
 
 struct OutSpec {
   enum Kind : uint8_t { Inplace, None, Fresh, View } kind = None;
@@ -76,23 +65,12 @@ using Lru = std::list<std::pair<Key, Entry>>;
 Lru g_lru;
 std::unordered_map<Key, Lru::iterator, KeyHash> g_index;
 
-int64_t bits_of(double d) {
-  int64_t b;
-  std::memcpy(&b, &d, sizeof(b));
-  return b;
-}
-
+// Key tags (numbers and strings use keys.h's).
 enum : int64_t {
   kTensor = 101,
   kTuple,
   kList,
   kDict,
-  kNone,
-  kBool,
-  kInt,
-  kFloat,
-  kComplex,
-  kStr,
   kDtype,
   kDevice,
   kLayout,
@@ -105,26 +83,6 @@ struct KeyCtx {
   std::vector<const c10::StorageImpl*> storages; // for the aliasing pattern
   Stat why = CacheBypassArgType;
 };
-
-void push_str(Key& key, PyObject* s) {
-  Py_ssize_t len = 0;
-  const char* c = PyUnicode_AsUTF8AndSize(s, &len);
-  if (c == nullptr) {
-    PyErr_Clear();
-    len = -1;
-  }
-  key.push_back(kStr);
-  key.push_back(len);
-  int64_t chunk = 0;
-  for (Py_ssize_t i = 0; i < len; ++i) {
-    chunk = (chunk << 8) | static_cast<unsigned char>(c[i]);
-    if ((i & 7) == 7) {
-      key.push_back(chunk);
-      chunk = 0;
-    }
-  }
-  key.push_back(chunk);
-}
 
 bool encode(KeyCtx& ctx, PyObject* v, int depth) {
   Key& key = ctx.key;
@@ -189,39 +147,20 @@ bool encode(KeyCtx& ctx, PyObject* v, int depth) {
     return false;
   }
   if (v == Py_None) {
-    key.push_back(kNone);
+    key.push_back(kKeyNone);
     return true;
   }
-  if (PyBool_Check(v)) {
-    key.push_back(kBool);
-    key.push_back(v == Py_True);
-    return true;
-  }
-  if (PyLong_CheckExact(v)) {
-    int overflow = 0;
-    const long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-    if (overflow != 0 || (x == -1 && PyErr_Occurred())) {
-      PyErr_Clear();
+  switch (push_number(v, key)) {
+    case NumberKey::Ok:
+      return true;
+    case NumberKey::Symbolic:
+      ctx.why = CacheBypassSymbolic;
       return false;
-    }
-    key.push_back(kInt);
-    key.push_back(x);
-    return true;
-  }
-  if (PyFloat_CheckExact(v)) {
-    key.push_back(kFloat);
-    key.push_back(bits_of(PyFloat_AS_DOUBLE(v)));
-    return true;
-  }
-  if (PyComplex_CheckExact(v)) {
-    key.push_back(kComplex);
-    key.push_back(bits_of(PyComplex_RealAsDouble(v)));
-    key.push_back(bits_of(PyComplex_ImagAsDouble(v)));
-    return true;
+    case NumberKey::NotANumber:
+      break;
   }
   if (PyUnicode_CheckExact(v)) {
-    push_str(key, v);
-    return true;
+    return push_str(v, key);
   }
   if (PyTuple_CheckExact(v) || PyList_CheckExact(v)) {
     const bool is_tuple = PyTuple_CheckExact(v);
@@ -256,10 +195,7 @@ bool encode(KeyCtx& ctx, PyObject* v, int depth) {
     key.push_back(static_cast<int64_t>(reinterpret_cast<THPMemoryFormat*>(v)->memory_format));
     return true;
   }
-  const char* tn = Py_TYPE(v)->tp_name;
-  ctx.why = (std::strncmp(tn, "Sym", 3) == 0 || std::strstr(tn, ".Sym") != nullptr)
-      ? CacheBypassSymbolic
-      : CacheBypassArgType;
+  ctx.why = CacheBypassArgType;
   return false;
 }
 
@@ -497,8 +433,9 @@ PyObject* try_cache(
     PyObject *k, *v;
     Py_ssize_t pos = 0;
     while (PyDict_Next(kwargs, &pos, &k, &v)) {
-      if (!PyUnicode_CheckExact(k)) return bypass(CacheBypassArgType);
-      push_str(ctx.key, k);
+      if (!PyUnicode_CheckExact(k) || !push_str(k, ctx.key)) {
+        return bypass(CacheBypassArgType);
+      }
       if (!encode(ctx, v, 0)) {
         return bypass(ctx.why);
       }

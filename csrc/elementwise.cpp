@@ -21,6 +21,7 @@
 // what the stride rules branch on, so an admitted rule is only reused where it
 // was verified to apply.
 #include "fastfake.h"
+#include "keys.h"
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/ExpandUtils.h>
@@ -53,22 +54,12 @@ struct SigEntry {
   uint8_t rules = 0;
 };
 
-struct VecHash {
-  size_t operator()(const std::vector<int64_t>& v) const noexcept {
-    uint64_t h = 1469598103934665603ULL;
-    for (int64_t x : v) {
-      h ^= static_cast<uint64_t>(x) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-    }
-    return static_cast<size_t>(h);
-  }
-};
-
 struct OpSpec {
   PyObject* op = nullptr; // owned
   std::string name;
   bool inplace = false;
   std::vector<ArgSpec> args;
-  std::unordered_map<std::vector<int64_t>, SigEntry, VecHash> sigs;
+  std::unordered_map<Key, SigEntry, KeyHash> sigs;
   uint64_t hits = 0;
   std::string last_mismatch;
 };
@@ -83,62 +74,27 @@ struct Operand {
 
 using Shape = c10::SmallVector<int64_t, 6>;
 
-// Signature tags.
+// Signature tags (numbers and strings use keys.h's).
 enum : int64_t {
   kTagTensor = 1,
   kTagWrapped = 2,
   kTagScalar = 3,
   kTagNone = 4,
-  kTagBool = 5,
-  kTagInt = 6,
-  kTagFloat = 7,
-  kTagComplex = 8,
-  kTagStr = 9,
 };
 
-int64_t float_bits(double d) {
-  int64_t bits;
-  static_assert(sizeof(bits) == sizeof(d));
-  std::memcpy(&bits, &d, sizeof(d));
-  return bits;
-}
-
-// Encodes a Python number; returns false for anything that is not exactly a
-// bool / int / float / complex (SymInt, numpy scalars, ...).
-bool encode_number(PyObject* v, std::vector<int64_t>& sig, Stat* why) {
-  if (PyBool_Check(v)) {
-    sig.push_back(kTagBool);
-    sig.push_back(v == Py_True);
-    return true;
-  }
-  if (PyLong_CheckExact(v)) {
-    int overflow = 0;
-    long long x = PyLong_AsLongLongAndOverflow(v, &overflow);
-    if (overflow != 0 || (x == -1 && PyErr_Occurred())) {
-      PyErr_Clear();
+// push_number() for a signature, mapping failures to this path's counters.
+bool encode_number(PyObject* v, Key& sig, Stat* why) {
+  switch (push_number(v, sig)) {
+    case NumberKey::Ok:
+      return true;
+    case NumberKey::Symbolic:
+      *why = EwFbSymScalar;
+      return false;
+    case NumberKey::NotANumber:
+    default:
       *why = EwFbArgType;
       return false;
-    }
-    sig.push_back(kTagInt);
-    sig.push_back(x);
-    return true;
   }
-  if (PyFloat_CheckExact(v)) {
-    sig.push_back(kTagFloat);
-    sig.push_back(float_bits(PyFloat_AS_DOUBLE(v)));
-    return true;
-  }
-  if (PyComplex_CheckExact(v)) {
-    sig.push_back(kTagComplex);
-    sig.push_back(float_bits(PyComplex_RealAsDouble(v)));
-    sig.push_back(float_bits(PyComplex_ImagAsDouble(v)));
-    return true;
-  }
-  const char* tn = Py_TYPE(v)->tp_name;
-  *why = (std::strncmp(tn, "Sym", 3) == 0 || std::strstr(tn, ".Sym") != nullptr)
-      ? EwFbSymScalar
-      : EwFbArgType;
-  return false;
 }
 
 // Layout-class flags of an operand (what the stride rules branch on).
@@ -583,7 +539,7 @@ PyObject* try_elementwise(
     nkw = PyDict_GET_SIZE(kwargs);
   }
 
-  std::vector<int64_t> sig;
+  Key sig;
   sig.reserve(8 + 12 * nspec);
   sig.push_back(static_cast<int64_t>(c10::typeMetaToScalarType(c10::get_default_dtype())));
 
@@ -698,23 +654,9 @@ PyObject* try_elementwise(
         if (!PyUnicode_CheckExact(v)) {
           return fallback(EwFbArgType);
         }
-        Py_ssize_t len = 0;
-        const char* s = PyUnicode_AsUTF8AndSize(v, &len);
-        if (s == nullptr) {
-          PyErr_Clear();
+        if (!push_str(v, sig)) {
           return fallback(EwFbArgType);
         }
-        sig.push_back(kTagStr);
-        sig.push_back(len);
-        int64_t chunk = 0;
-        for (Py_ssize_t c = 0; c < len; ++c) {
-          chunk = (chunk << 8) | static_cast<unsigned char>(s[c]);
-          if ((c & 7) == 7) {
-            sig.push_back(chunk);
-            chunk = 0;
-          }
-        }
-        sig.push_back(chunk);
         break;
       }
     }
