@@ -61,6 +61,13 @@ namespace fastfake {
   _(CacheBypassNonFake, "cache.bypass.non_fake_tensor")             \
   _(CacheBypassArgType, "cache.bypass.argument_type")               \
   _(CacheBypassStock, "cache.bypass.stock_uncacheable")             \
+  _(CacheBypassSymScalar, "cache.bypass.symbolic_scalar")           \
+  _(CacheBypassSymOther, "cache.bypass.symbolic_other")             \
+  _(CacheSymHit, "cache.symbolic.hit")                              \
+  _(CacheSymMiss, "cache.symbolic.miss")                            \
+  _(CacheSymReject, "cache.symbolic.unlearnable")                   \
+  _(CacheSymRecheck, "cache.symbolic.rechecked")                    \
+  _(CacheSymStale, "cache.symbolic.stale")                          \
   _(CrossChecked, "crosscheck.checked")                             \
   _(CrossMismatch, "crosscheck.mismatch")                           \
   _(DeviceFast, "device.fast")                                      \
@@ -90,6 +97,8 @@ struct Config {
   size_t max_signatures_per_op = 1024;
   bool cache = false;
   size_t cache_max_entries = 1 << 16;
+  // Also cache calls with symbolic shapes (per ShapeEnv).
+  bool cache_symbolic = true;
   // Testing only: corrupt the dtype of the next N fast results.
   int inject_fault = 0;
 };
@@ -125,6 +134,24 @@ struct PyRefs {
   PyObject* s_propagate_real_tensors = nullptr;
   PyObject* s_allow_unsafe_data_ptr_access = nullptr;
   PyObject* s_dispatch_counter_key = nullptr; // "FakeTensorMode.__torch_dispatch__"
+  // symbolic shapes (set by _C.setup_symbolic())
+  PyObject* symnode_type = nullptr; // torch.fx.experimental.sym_node.SymNode
+  PyObject* symint_type = nullptr; // torch.SymInt
+  PyObject* sym_vid_hook = nullptr; // fastfake._cache.sym_vid
+  PyObject* sym_valid_hook = nullptr; // fastfake._cache.still_valid
+  PyObject* sym_capture_hook = nullptr; // fastfake._cache.capture_begin
+  PyObject* s_node = nullptr; // "node"
+  PyObject* s_fastfake_vid = nullptr; // "_fastfake_vid"
+  PyObject* s_expr = nullptr; // "_expr"
+  PyObject* s_hint = nullptr; // "_hint"
+  PyObject* s_pytype = nullptr;
+  PyObject* s_fx_node = nullptr;
+  PyObject* s_optimized_summation = nullptr;
+  PyObject* s_epoch = nullptr;
+  PyObject* s_replacements_version = nullptr; // "_replacements_version_counter"
+  PyObject* s_translation_validation = nullptr; // "_translation_validation_enabled"
+  PyObject* s_cache_hits = nullptr;
+  PyObject* s_cache_misses = nullptr;
 };
 extern PyRefs g_py;
 

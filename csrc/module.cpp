@@ -44,6 +44,18 @@ PYBIND11_MODULE(_C, m) {
   g_py.s_settings = intern("settings");
   g_py.s_cache_enabled = intern("cache_enabled");
   g_py.s_cache_crosscheck_enabled = intern("cache_crosscheck_enabled");
+  g_py.s_node = intern("node");
+  g_py.s_fastfake_vid = intern("_fastfake_vid");
+  g_py.s_expr = intern("_expr");
+  g_py.s_hint = intern("_hint");
+  g_py.s_pytype = intern("pytype");
+  g_py.s_fx_node = intern("fx_node");
+  g_py.s_optimized_summation = intern("_optimized_summation");
+  g_py.s_epoch = intern("epoch");
+  g_py.s_replacements_version = intern("_replacements_version_counter");
+  g_py.s_translation_validation = intern("_translation_validation_enabled");
+  g_py.s_cache_hits = intern("cache_hits");
+  g_py.s_cache_misses = intern("cache_misses");
 
   m.def(
       "setup",
@@ -77,6 +89,20 @@ PYBIND11_MODULE(_C, m) {
         set_ref(g_py.prim_device_op, prim_device_op);
       },
       "Bind the torch objects the extension works with.");
+  m.def(
+      "setup_symbolic",
+      [](py::handle symnode_type,
+         py::handle symint_type,
+         py::handle sym_vid_hook,
+         py::handle sym_valid_hook,
+         py::handle sym_capture_hook) {
+        set_ref(g_py.symnode_type, symnode_type);
+        set_ref(g_py.symint_type, symint_type);
+        set_ref(g_py.sym_vid_hook, sym_vid_hook);
+        set_ref(g_py.sym_valid_hook, sym_valid_hook);
+        set_ref(g_py.sym_capture_hook, sym_capture_hook);
+      },
+      "Bind SymNode, SymInt and the helpers of symbolic cache keys and entries.");
 
   m.def(
       "make_fast_dispatch",
@@ -93,8 +119,10 @@ PYBIND11_MODULE(_C, m) {
          bool cache,
          bool crosscheck,
          size_t max_signatures_per_op,
-         size_t cache_max_entries) {
+         size_t cache_max_entries,
+         bool cache_symbolic) {
         g_config.elementwise = elementwise;
+        g_config.cache_symbolic = cache_symbolic;
         g_config.cache = cache;
         g_config.cache_max_entries = cache_max_entries;
         g_config.crosscheck = crosscheck;
@@ -104,7 +132,8 @@ PYBIND11_MODULE(_C, m) {
       py::arg("cache"),
       py::arg("crosscheck"),
       py::arg("max_signatures_per_op"),
-      py::arg("cache_max_entries"));
+      py::arg("cache_max_entries"),
+      py::arg("cache_symbolic") = true);
   m.def("cache_clear", &cache_clear, "Drop every result-cache entry.");
   m.def("cache_size", &cache_size, "Number of result-cache entries.");
   m.def(
@@ -117,7 +146,8 @@ PYBIND11_MODULE(_C, m) {
         g_config.crosscheck,
         g_config.max_signatures_per_op,
         g_config.cache,
-        g_config.cache_max_entries);
+        g_config.cache_max_entries,
+        g_config.cache_symbolic);
   });
 
   m.def(

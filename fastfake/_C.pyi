@@ -18,14 +18,29 @@ def setup(
 ) -> None:
     """Bind the torch objects the extension works with (called once by install())."""
 
+def setup_symbolic(
+    symnode_type: type,
+    symint_type: type,
+    sym_vid_hook: Callable[[Any], int],
+    sym_valid_hook: Callable[[Any, Any], bool],
+    sym_capture_hook: Callable[[Any, Any, Any], None],
+) -> None:
+    """Bind what symbolic cache keys and entries need: ``SymNode`` (new output
+    SymNodes are built as ``SymNode(expr, shape_env, pytype, hint, constant, fx_node,
+    optimized_summation)``), ``torch.SymInt``, and the helpers of
+    ``fastfake._cache``: ``sym_vid(node)`` (interned value id, memoised on the
+    node), ``still_valid(shape_env, validity)`` (an entry's symbols still have the
+    replacements it was recorded under) and ``capture_begin(mode, func, args)``
+    (collect the output stock synthesises for this call's new entry)."""
+
 def make_fast_dispatch() -> Any:
     """A C-level method object to install as ``FakeTensorMode.__torch_dispatch__``.
 
     Per call: pointwise overloads registered with :func:`register_elementwise` are
     served in C++ when the call's signature was admitted; other calls whose key has
-    a result-cache entry (learned from stock's own cache entry after a miss) are
-    rebuilt in C++; everything else is passed to the stock ``__torch_dispatch__``
-    unchanged.
+    a result-cache entry (learned from stock's own cache entry after a miss; with
+    symbolic shapes, per ShapeEnv) are rebuilt in C++; everything else is passed to
+    the stock ``__torch_dispatch__`` unchanged.
     """
 
 def make_device_descriptor(stock: property) -> Any:
@@ -40,9 +55,11 @@ def set_config(
     crosscheck: bool,
     max_signatures_per_op: int,
     cache_max_entries: int,
+    cache_symbolic: bool = True,
 ) -> None: ...
-def get_config() -> tuple[bool, bool, int, bool, int]:
-    """(elementwise, crosscheck, max_signatures_per_op, cache, cache_max_entries)"""
+def get_config() -> tuple[bool, bool, int, bool, int, bool]:
+    """(elementwise, crosscheck, max_signatures_per_op, cache, cache_max_entries,
+    cache_symbolic)"""
 
 def cache_clear() -> None:
     """Drop every result-cache entry."""

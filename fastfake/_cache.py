@@ -4,37 +4,131 @@ The C++ cache (csrc/cache.cpp) keys calls itself but never decides on its own wh
 an op returns or whether it may be cached: after the stock path has run a call,
 :func:`learn` looks up the entry stock's dispatch cache made for it and describes
 it to C++. Stock's bypass rules (data-dependent or dynamic output shapes,
-in-place views, non-builtin ops, constants, ...) therefore apply unchanged.
+in-place views, non-builtin ops, constants, unrepresented or unbacked symbols, ...)
+therefore apply unchanged.
+
+For calls with symbolic shapes the description carries, per tensor output, the
+FakeTensor stock's own cache hit builds for this call (its "synthesised" output);
+C++ reads every SymInt off it once and from then on rebuilds that tensor without
+stock's SymNode arithmetic. :func:`sym_vid` interns SymNode values for the keys.
 """
 from __future__ import annotations
 
+import itertools
+
 import torch
 from torch._subclasses import fake_tensor as ft
-from torch._subclasses._fake_tensor_utils import _CacheKeyState
+from torch._subclasses._fake_tensor_utils import _CacheKeyState, _PySymInputStub
+
+# (expr, pytype, hint, constant, fx_node) -> id. Ids are never reused, so a SymNode
+# that memoised its id before a reset still names its own value.
+_VIDS: dict[tuple, int] = {}
+_NEXT_VID = itertools.count(1)
+_MAX_VIDS = 1 << 18
 
 
-def learn(mode, func, args, kwargs):
-    """Describe stock's cache entry for this (already dispatched) call.
+def sym_vid(node) -> int:
+    """The value id of a SymNode: equal ids iff stock's `_PySymInputStub`s compare
+    equal (`SymNode._value_eq`). Memoised on the node (its fields never change)."""
+    value = (node._expr, node.pytype, node._hint, node.constant, node.fx_node)
+    vid = _VIDS.get(value)
+    if vid is None:
+        if len(_VIDS) >= _MAX_VIDS:
+            _VIDS.clear()
+        vid = _VIDS[value] = next(_NEXT_VID)
+    node._fastfake_vid = vid
+    return vid
 
-    Returns ``None`` (nothing to record), a ``str`` reason (stock does not cache
-    this call: record a negative entry), or ``(is_output_tuple, outputs)`` with each
-    output ``("inplace", idx)``, ``("none",)`` or
-    ``("tensor", dtype, sizes, strides, storage_offset, device, is_conj, is_neg, view_idx)``.
-    """
-    if func in ft._DISPATCH_META_HANDLERS or func in ft._DISPATCH_HANDLE_DIRECTLY:
-        return "stock: answered before its cache"
-    state = _CacheKeyState(mode.shape_env)
-    try:
-        key = mode._cache_key(state, func, args, kwargs or {})
-    except ft._BypassDispatchCache as e:
-        return f"stock: {e.reason}"
-    if state.cache_on_shape_env():
-        return "symbolic"
-    entry = ft.FakeTensorMode.cache.get(key)
-    if entry is None:
-        return None
-    if isinstance(entry, ft._DispatchCacheBypassEntry):
-        return f"stock: {entry.reason}"
+
+# Synthesised outputs stock builds while validating a new entry of its own
+# (``_output_from_cache_entry`` from ``_make_cache_entry``), captured for the call
+# C++ is running on a symbolic miss, so learning does not build them a second time.
+# A stack of [mode, func, args, {id(output_info): synthesised FakeTensor}, key]
+# frames, one per symbolic miss in flight (misses nest through decompositions);
+# ``key`` is stock's own cache key for the call, seen on the way.
+_CAPTURES: list[list] = []
+
+
+def capture_begin(mode, func, args) -> None:
+    """Called by C++ right before it runs stock on a symbolic miss, and with
+    ``mode=None`` when that stock call raised (nothing will be learned)."""
+    if mode is None:
+        if _CAPTURES:
+            _CAPTURES.pop()
+        return
+    if len(_CAPTURES) > 256:  # defensive: frames that were never closed
+        del _CAPTURES[:]
+    _CAPTURES.append([mode, func, args, {}, None])
+
+
+def _capture_end(mode, func, args) -> tuple[dict, object]:
+    while _CAPTURES:
+        frame = _CAPTURES.pop()
+        if frame[0] is mode and frame[1] is func and frame[2] is args:
+            return frame[3], frame[4]
+    return {}, None
+
+
+def capturing(original):
+    """Wrap FakeTensorMode._output_from_cache_entry (installed by fastfake.install)."""
+
+    def _output_from_cache_entry(self, state, entry, key, func, args):
+        out = original(self, state, entry, key, func, args)
+        if _CAPTURES:
+            frame = _CAPTURES[-1]
+            if frame[0] is self and frame[1] is func and frame[2] is args:
+                frame[4] = key
+                if len(entry.output_infos) == 1:
+                    frame[3][id(entry.output_infos[0])] = out
+        return out
+
+    _output_from_cache_entry.__wrapped__ = original
+    _output_from_cache_entry.__doc__ = original.__doc__
+    return _output_from_cache_entry
+
+
+def _symbols_of(values, out: set) -> None:
+    for v in values:
+        if isinstance(v, torch.SymInt):
+            out.update(v.node._expr.free_symbols)
+
+
+def _validity(env, args, synths):
+    """What must not change in ``env`` for the entry to stay exact: the replacement
+    of every symbol in the call's SymInts and in the synthesised outputs."""
+    symbols: set = set()
+    for a in args:
+        if isinstance(a, torch.Tensor):
+            _symbols_of((*a.shape, *a.stride(), a.storage_offset(), a.untyped_storage().nbytes()), symbols)
+        elif isinstance(a, (list, tuple)):
+            _validity_items(a, symbols)
+        elif isinstance(a, torch.SymInt):
+            symbols.update(a.node._expr.free_symbols)
+    for t in synths:
+        _symbols_of((*t.shape, *t.stride(), t.storage_offset(), t.untyped_storage().nbytes()), symbols)
+    ordered = tuple(sorted(symbols, key=str))
+    return ordered, tuple(env.replacements.get(s) for s in ordered)
+
+
+def _validity_items(items, symbols: set) -> None:
+    for a in items:
+        if isinstance(a, torch.SymInt):
+            symbols.update(a.node._expr.free_symbols)
+        elif isinstance(a, torch.Tensor):
+            _symbols_of((*a.shape, *a.stride(), a.storage_offset(), a.untyped_storage().nbytes()), symbols)
+        elif isinstance(a, (list, tuple)):
+            _validity_items(a, symbols)
+
+
+def still_valid(env, validity) -> bool:
+    """Called by C++ when the ShapeEnv's replacements changed since an entry was
+    recorded or last checked."""
+    symbols, snapshot = validity
+    replacements = env.replacements
+    return all(replacements.get(s) == r for s, r in zip(symbols, snapshot))
+
+
+def _describe_static(func, entry):
     outputs = []
     for info in entry.output_infos:
         if info.inplace_idx is not None:
@@ -61,3 +155,83 @@ def learn(mode, func, args, kwargs):
              m.device, m.is_conj, m.is_neg, view_idx)
         )
     return (entry.is_output_tuple, outputs)
+
+
+def _describe_symbolic(mode, state, key, func, args, kwargs, entry, out, stock_hit, captured):
+    outs = out if entry.is_output_tuple else (out,)
+    if not isinstance(outs, tuple) or len(outs) != len(entry.output_infos):
+        return "output structure"
+    outputs = []
+    for info, o in zip(entry.output_infos, outs):
+        if info.inplace_idx is not None:
+            outputs.append(("inplace", info.inplace_idx))
+            continue
+        m = info.metadata
+        if m is None and info.view_idx is None:
+            if info.constant_value is not None:
+                return "constant output"
+            outputs.append(("none",))
+            continue
+        if m is None or m.layout != torch.strided or m.requires_grad or m.is_quantized:
+            return "output kind"
+        view_idx = -1
+        if func.is_view:
+            if info.view_idx is None:
+                return "view without base"
+            view_idx = info.view_idx
+        if stock_hit:
+            synth = o  # stock answered from its cache: this is what a hit builds
+        elif id(info) in captured:
+            synth = captured[id(info)]  # built by stock while validating this entry
+        else:
+            # What stock's next hit will build; stock built (and discarded) the
+            # same tensor while validating its entry.
+            single = ft._DispatchCacheValidEntry(output_infos=(info,), is_output_tuple=False)
+            synth = mode._output_from_cache_entry(state, single, key, func, args)
+        if type(synth) is not ft.FakeTensor:
+            return "output kind"
+        outputs.append(("tensor_sym", synth, view_idx))
+    synths = [o[1] for o in outputs if o[0] == "tensor_sym"]
+    inputs = (*args, *kwargs.values()) if kwargs else args
+    return (entry.is_output_tuple, outputs, _validity(mode.shape_env, inputs, synths))
+
+
+def learn(mode, func, args, kwargs, out=None, stock_hit=False):
+    """Describe stock's cache entry for this (already dispatched) call.
+
+    Returns ``None`` (nothing to record), a ``str`` reason (stock does not cache
+    this call: record a negative entry), or ``(is_output_tuple, outputs)`` with each
+    output ``("inplace", idx)``, ``("none",)``,
+    ``("tensor", dtype, sizes, strides, storage_offset, device, is_conj, is_neg, view_idx)``
+    or, for symbolic keys, ``("tensor_sym", synthesised_fake_tensor, view_idx)``.
+    """
+    captured, key = _capture_end(mode, func, args) if _CAPTURES else ({}, None)
+    if func in ft._DISPATCH_META_HANDLERS or func in ft._DISPATCH_HANDLE_DIRECTLY:
+        return "stock: answered before its cache"
+    state = _CacheKeyState(mode.shape_env)
+    if key is not None and mode.shape_env is not None:
+        # Stock's key for this very call, seen while stock built or reused its
+        # entry (only symbolic keys come this way); its SymInt stubs still hold
+        # this call's SymInts.
+        symbolic = any(type(v) is _PySymInputStub for v in key.key)
+        state.shape_env = mode.shape_env
+    else:
+        try:
+            key = mode._cache_key(state, func, args, kwargs or {})
+        except ft._BypassDispatchCache as e:
+            return f"stock: {e.reason}"
+        symbolic = state.cache_on_shape_env()
+    if symbolic:
+        cache = state.shape_env.fake_tensor_cache if state.shape_env is not None else {}
+    else:
+        cache = ft.FakeTensorMode.cache
+    entry = cache.get(key)
+    if entry is None:
+        return None
+    if isinstance(entry, ft._DispatchCacheBypassEntry):
+        return f"stock: {entry.reason}"
+    if symbolic:
+        return _describe_symbolic(
+            mode, state, key, func, args, kwargs, entry, out, stock_hit, captured
+        )
+    return _describe_static(func, entry)

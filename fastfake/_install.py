@@ -149,6 +149,11 @@ def _setup() -> None:
         _pre_dispatch_infra_modes(),
         torch.ops.prim.device.default,
     )
+    from torch.fx.experimental.sym_node import SymNode
+
+    from ._cache import capture_begin, still_valid, sym_vid
+
+    _C.setup_symbolic(SymNode, torch.SymInt, sym_vid, still_valid, capture_begin)
     _State.setup_done = True
 
 
@@ -204,11 +209,19 @@ def install(
         crosscheck=opts.crosscheck,
         max_signatures_per_op=MAX_SIGNATURES_PER_OP,
         cache_max_entries=CACHE_MAX_ENTRIES,
+        cache_symbolic=not _env_flag("FASTFAKE_NO_SYMBOLIC_CACHE"),
     )
     _patch(
         ft.FakeTensorMode,
         "__torch_dispatch__",
         _C.make_fast_dispatch() if (opts.elementwise or opts.cache) else None,
+    )
+    from ._cache import capturing
+
+    _patch(
+        ft.FakeTensorMode,
+        "_output_from_cache_entry",
+        capturing(_original(ft.FakeTensorMode, "_output_from_cache_entry")) if opts.cache else None,
     )
     _patch(
         ft.FakeTensor,

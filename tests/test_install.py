@@ -97,13 +97,21 @@ def test_round_trip_restores_identical_objects(stock):
     _assert_identical(before, _snapshot())
 
 
-def test_install_touches_only_the_two_attributes(stock):
+def test_install_touches_only_the_three_attributes(stock):
     before = _snapshot()
     fastfake.install()
     during = _snapshot()
-    _assert_identical(before, during, ignore=("__torch_dispatch__", "device"))
+    patched = ("__torch_dispatch__", "device", "_output_from_cache_entry")
+    _assert_identical(before, during, ignore=patched)
     assert during[FakeTensorMode]["__torch_dispatch__"] is not before[FakeTensorMode]["__torch_dispatch__"]
     assert during[FakeTensor]["device"] is not before[FakeTensor]["device"]
+    # the symbolic cache's capture of stock's synthesised outputs (a pass-through)
+    wrapped = during[FakeTensorMode]["_output_from_cache_entry"]
+    assert wrapped.__wrapped__ is before[FakeTensorMode]["_output_from_cache_entry"]
+    fastfake.install(cache=False)
+    assert _snapshot()[FakeTensorMode]["_output_from_cache_entry"] is before[FakeTensorMode][
+        "_output_from_cache_entry"
+    ]
 
 
 def test_install_is_idempotent(stock):
