@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -161,9 +162,14 @@ class Outcome:
     desc: dict[str, Any] | None = None  # filled lazily
 
     def error(self) -> tuple[str, str] | None:
+        """(exception type, message). The message without what differs between
+        call paths and runs but is not part of the error: the C++ backtrace some
+        c10 errors append, and object addresses."""
         if self.ok:
             return None
-        return (f"{type(self.exc).__module__}.{type(self.exc).__qualname__}", str(self.exc))
+        msg = str(self.exc).split("\nException raised from ", 1)[0]
+        msg = re.sub(r"0x[0-9a-fA-F]+", "0x?", msg)
+        return (f"{type(self.exc).__module__}.{type(self.exc).__qualname__}", msg)
 
     def describe(self) -> dict[str, Any]:
         if self.desc is None:
@@ -470,3 +476,74 @@ def forget_signatures() -> None:
 
     fastfake._C.clear_elementwise()
     _registry.register_all(fastfake._C)
+
+
+# ---------------------------------------------------------------------------
+# Symbolic shapes: SymNode identity and raw values, ShapeEnv state
+# ---------------------------------------------------------------------------
+
+
+def _int_likes(t: torch.Tensor) -> list[Any]:
+    return [*t.shape, *t.stride(), t.storage_offset(), t.untyped_storage().nbytes()]
+
+
+def sym_structure(outcome: Outcome) -> dict[str, Any]:
+    """Every int-like of the outputs (sizes, strides, offset, storage nbytes) as
+    ``("in", k)`` when its SymNode *is* the k-th distinct SymNode of the inputs
+    (FX graph building tracks SymNodes by identity), else by its raw value
+    ``(str(node._expr), node._hint, node.constant)``; plain ints as themselves."""
+    nodes: dict[int, int] = {}
+    for x in outcome.inputs:
+        if isinstance(x, torch.Tensor) and x.layout == torch.strided:
+            vals = _int_likes(x)
+        elif isinstance(x, torch.SymInt):
+            vals = [x]
+        else:
+            continue
+        for v in vals:
+            if isinstance(v, torch.SymInt):
+                nodes.setdefault(id(v.node), len(nodes))
+
+    def one(v: Any) -> Any:
+        if isinstance(v, torch.SymInt):
+            k = nodes.get(id(v.node))
+            if k is not None:
+                return ("in", k)
+            return ("new", str(v.node._expr), v.node._hint, v.node.constant)
+        return v
+
+    outs = optree.tree_leaves(outcome.value, none_is_leaf=True) if outcome.ok else []
+    return {
+        f"output{j}": [one(v) for v in _int_likes(t)]
+        for j, t in enumerate(outs)
+        if isinstance(t, torch.Tensor) and t.layout == torch.strided
+    }
+
+
+def shape_env_state(outcome: Outcome) -> dict[str, Any]:
+    """Guards (in order), ranges, replacements and deferred runtime asserts."""
+    env = outcome.mode.shape_env
+    return {
+        "guards": [str(g.expr) for g in env.guards],
+        "var_to_range": {str(k): str(v) for k, v in env.var_to_range.items()},
+        "replacements": {str(k): str(v) for k, v in env.replacements.items()},
+        "deferred_runtime_asserts": {
+            str(k): [str(r.expr) for r in v] for k, v in env.deferred_runtime_asserts.items()
+        },
+    }
+
+
+def assert_symbolic_parity(both: Both, context: str = "", *, with_aliasing: bool = True) -> None:
+    """assert_parity plus SymNode identity / raw values and the ShapeEnv state."""
+    assert_parity(both, context, with_aliasing=with_aliasing)
+    ref = both.stock[0]
+    for i, f in enumerate(both.fast):
+        for name, get in (("SymNode structure", sym_structure), ("ShapeEnv state", shape_env_state)):
+            a, b = get(ref), get(f)
+            if a != b:
+                out: list[str] = []
+                _diff(a, b, name, out)
+                raise AssertionError(
+                    f"fastfake differs from stock ({context} fastfake run {i}) in {name}:\n  "
+                    + "\n  ".join(out[:20])
+                )
