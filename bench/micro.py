@@ -1,4 +1,7 @@
-"""Per-op micro-benchmarks inside FakeTensorMode (static shapes), stock vs fastfake.
+"""Per-op micro-benchmarks inside FakeTensorMode, stock vs fastfake.
+
+Static shapes, and (``*_sym``) the same result-cache hits with every input
+dimension symbolic in a ShapeEnv.
 
     python -m bench.micro [--number N] [--repeat R] [--json out.json]
 
@@ -20,6 +23,7 @@ import torch
 
 import fastfake
 from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
 from .harness import set_impl
 
@@ -71,6 +75,32 @@ def _softmax():
     return lambda: torch.softmax(a, -1)
 
 
+def _sym_tensor(mode: FakeTensorMode, *shape: int) -> torch.Tensor:
+    ctx = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC] * len(shape))
+    return mode.from_tensor(torch.randn(*shape), symbolic_context=ctx)
+
+
+def _mm_sym(mode):
+    a, b = _sym_tensor(mode, 64, 128), _sym_tensor(mode, 128, 256)
+    return lambda: torch.mm(a, b)
+
+
+def _layer_norm_sym(mode):
+    x, w, b = _sym_tensor(mode, 8, 128, 256), torch.randn(256), torch.randn(256)
+    w, b = mode.from_tensor(w), mode.from_tensor(b)
+    return lambda: torch.nn.functional.layer_norm(x, (256,), w, b)
+
+
+def _view_sym(mode):
+    a = _sym_tensor(mode, 8, 128, 64)
+    return lambda: a.view(a.shape[0] * a.shape[1], a.shape[2])
+
+
+def _softmax_sym(mode):
+    a = _sym_tensor(mode, 8, 16, 128)
+    return lambda: torch.softmax(a, -1)
+
+
 def _device():
     a = torch.randn(64, 128)
     return lambda: a.device
@@ -92,9 +122,23 @@ OPS: dict[str, Callable[[], Callable[[], object]]] = {
     "softmax": _softmax,  # [8,16,128], dim -1
 }
 
+#: symbolic-shape result-cache hits: builder(mode) is called outside the mode
+#: (from_tensor symbolizes only there) and returns the op callable.
+SYMBOLIC_OPS: dict[str, Callable[[FakeTensorMode], Callable[[], object]]] = {
+    "mm_sym": _mm_sym,  # [s0,s1] @ [s2,s3]
+    "layer_norm_sym": _layer_norm_sym,  # [s0,s1,s2], affine
+    "view_sym": _view_sym,  # [s0,s1,s2] -> [s0*s1, s2]
+    "softmax_sym": _softmax_sym,  # [s0,s1,s2], dim -1
+}
+ALL_OPS = [*OPS, *SYMBOLIC_OPS]
+
 
 def make_op(name: str) -> tuple[FakeTensorMode, Callable[[], object]]:
-    """A fresh FakeTensorMode and the op's callable (tensors created in the mode)."""
+    """A fresh FakeTensorMode (with a ShapeEnv for the symbolic ops) and the op's
+    callable on fake tensors of that mode."""
+    if name in SYMBOLIC_OPS:
+        mode = FakeTensorMode(shape_env=ShapeEnv())
+        return mode, SYMBOLIC_OPS[name](mode)
     mode = FakeTensorMode()
     with mode:
         fn = OPS[name]()
@@ -116,7 +160,7 @@ def measure(name: str, impl: str, *, number: int, repeat: int, mode=None, fn=Non
 def run(number: int = 2000, repeat: int = 7, rounds: int = 3) -> list[dict]:
     rows = []
     try:
-        for name in OPS:
+        for name in ALL_OPS:
             mode, fn = make_op(name)
             res: dict[str, list[float]] = {i: [] for i in IMPLS}
             for _ in range(rounds):  # interleaved stock / fastfake

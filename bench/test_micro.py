@@ -87,3 +87,10 @@ def test_view(benchmark, impl):
 @pytest.mark.benchmark(group="softmax")
 def test_softmax(benchmark, impl):
     _check_tensor(_bench(benchmark, "softmax"), (8, 16, 128))
+
+
+@pytest.mark.parametrize("name", ["mm_sym", "layer_norm_sym", "view_sym", "softmax_sym"])
+def test_symbolic_cache_hit(benchmark, impl, name):
+    benchmark.group = name
+    out = _bench(benchmark, name)
+    assert isinstance(out, torch.Tensor) and out.shape[0].node is not None
