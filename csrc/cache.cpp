@@ -962,6 +962,194 @@ long long class_counter(PyObject* name) {
   return r;
 }
 
+// ---------------------------------------------------------------------------
+// Stock's synthesised outputs on a miss (see fastfake/_cache.py, _SYNTH_MEMO).
+// A recipe is what an output built from given sizes / strides / offset carries
+// beyond them: its storage size (fresh outputs) and the derived values stock's
+// construction computed, as ints or SymNode value tuples.
+// ---------------------------------------------------------------------------
+PyObject* symval_to_py(const SymVal& v) {
+  if (v.kind == SymVal::Int) return PyLong_FromLongLong(v.v);
+  if (v.kind == SymVal::New) {
+    Py_INCREF(v.fields);
+    return v.fields;
+  }
+  Py_RETURN_NONE;
+}
+
+bool symval_from_py(PyObject* o, SymVal& v) {
+  if (PyLong_CheckExact(o)) {
+    v.kind = SymVal::Int;
+    v.v = PyLong_AsLongLong(o);
+    return !(v.v == -1 && PyErr_Occurred());
+  }
+  if (PyTuple_Check(o) && PyTuple_GET_SIZE(o) == 6) {
+    v.kind = SymVal::New;
+    Py_INCREF(o);
+    v.fields = o;
+    return true;
+  }
+  PyErr_SetString(PyExc_TypeError, "fastfake: bad SymNode recipe value");
+  return false;
+}
+
+} // namespace
+
+PyObject* synth_recipe(PyObject* synth, bool fresh) {
+  if (!is_fake_exact(synth)) Py_RETURN_NONE;
+  PyObject* mode = instance_attr(synth, g_py.s_fake_mode);
+  PyObject* env = mode ? instance_attr(mode, g_py.s_shape_env) : nullptr;
+  if (env == nullptr || env == Py_None) Py_RETURN_NONE;
+  KeyCtx ctx{mode, {}, {}, CacheBypassArgType};
+  ctx.shape_env = env;
+  const at::Tensor& t = THPVariable_Unpack(synth);
+  const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  if (impl->layout() != at::kStrided || !impl->has_storage()) Py_RETURN_NONE;
+  SymShape sym;
+  SymVal nbytes;
+  if (fresh && !learn_symval(ctx, impl->storage().sym_nbytes(), sym.nbytes)) {
+    PyErr_Clear();
+    Py_RETURN_NONE;
+  }
+  if (impl->has_symbolic_sizes_strides()) {
+    const c10::SymbolicShapeMeta* m = shape_meta(impl);
+    if (m == nullptr) Py_RETURN_NONE;
+    auto add_int = [&](Derived d, bool avail, const c10::SymInt& (c10::SymbolicShapeMeta::*get)() const) {
+      if (!avail) return true;
+      sym.derived.emplace_back(d, SymVal{});
+      return learn_symval(ctx, (m->*get)(), sym.derived.back().second);
+    };
+    auto add_bool = [&](Derived d, bool avail, const c10::SymBool& (c10::SymbolicShapeMeta::*get)() const) {
+      if (!avail) return true;
+      sym.derived.emplace_back(d, SymVal{});
+      return learn_symbool(ctx, (m->*get)(), sym.derived.back().second);
+    };
+    using M = c10::SymbolicShapeMeta;
+    if (!add_int(kNumel, m->has_numel(), &M::numel) ||
+        !add_bool(kContiguous, m->has_is_contiguous(), static_cast<const c10::SymBool& (M::*)() const>(&M::is_contiguous)) ||
+        !add_bool(kChannelsLastContiguous, m->has_is_channels_last_contiguous(), &M::is_channels_last_contiguous) ||
+        !add_bool(kChannelsLast3dContiguous, m->has_is_channels_last_3d_contiguous(), &M::is_channels_last_3d_contiguous) ||
+        !add_bool(kChannelsLast, m->has_is_channels_last(), &M::is_channels_last) ||
+        !add_bool(kChannelsLast3d, m->has_is_channels_last_3d(), &M::is_channels_last_3d) ||
+        !add_bool(kNonOverlappingAndDense, m->has_is_non_overlapping_and_dense(), &M::is_non_overlapping_and_dense)) {
+      PyErr_Clear();
+      Py_RETURN_NONE;
+    }
+  }
+  const int64_t version = t.is_inference() ? 0 : static_cast<int64_t>(impl->version_counter().current_version());
+  PyObject* derived = PyTuple_New(static_cast<Py_ssize_t>(sym.derived.size()));
+  if (derived == nullptr) return nullptr;
+  for (size_t i = 0; i < sym.derived.size(); ++i) {
+    PyObject* v = symval_to_py(sym.derived[i].second);
+    PyObject* pair = v ? Py_BuildValue("(iN)", static_cast<int>(sym.derived[i].first), v) : nullptr;
+    if (pair == nullptr) {
+      Py_DECREF(derived);
+      return nullptr;
+    }
+    PyTuple_SET_ITEM(derived, static_cast<Py_ssize_t>(i), pair);
+  }
+  PyObject* nb = fresh ? symval_to_py(sym.nbytes) : (Py_INCREF(Py_None), Py_None);
+  if (nb == nullptr) {
+    Py_DECREF(derived);
+    return nullptr;
+  }
+  return Py_BuildValue("(NNL)", nb, derived, static_cast<long long>(version));
+}
+
+PyObject* synth_build(
+    PyObject* mode,
+    PyObject* dtype,
+    PyObject* device,
+    PyObject* sizes,
+    PyObject* strides,
+    PyObject* offset,
+    PyObject* base,
+    PyObject* recipe) {
+  PyObject* env = instance_attr(mode, g_py.s_shape_env);
+  if (env == nullptr || env == Py_None || !THPDtype_Check(dtype) || !THPDevice_Check(device) ||
+      !PyTuple_Check(sizes) || !PyTuple_Check(strides) || !PyTuple_Check(recipe) ||
+      PyTuple_GET_SIZE(recipe) != 3) {
+    PyErr_SetString(PyExc_TypeError, "fastfake: bad synth_build arguments");
+    return nullptr;
+  }
+  KeyCtx ctx{mode, {}, {}, CacheBypassArgType};
+  ctx.shape_env = env;
+  auto to_symint = [&](PyObject* o, c10::SymInt& out) -> bool {
+    if (PyLong_CheckExact(o)) {
+      out = c10::SymInt(PyLong_AsLongLong(o));
+      return !PyErr_Occurred();
+    }
+    PyObject* node = (g_py.symint_type && Py_TYPE(o) == reinterpret_cast<PyTypeObject*>(g_py.symint_type))
+        ? instance_attr(o, g_py.s_node) : nullptr;
+    if (node == nullptr) {
+      PyErr_SetString(PyExc_TypeError, "fastfake: expected int or SymInt");
+      return false;
+    }
+    try {
+      out = symint_from_node(node);
+    } catch (const std::exception& e) {
+      PyErr_SetString(PyExc_RuntimeError, e.what());
+      return false;
+    }
+    return true;
+  };
+  c10::SymDimVector sz(PyTuple_GET_SIZE(sizes)), st(PyTuple_GET_SIZE(strides));
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(sizes); ++i) {
+    if (!to_symint(PyTuple_GET_ITEM(sizes, i), sz[i])) return nullptr;
+  }
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(strides); ++i) {
+    if (!to_symint(PyTuple_GET_ITEM(strides, i), st[i])) return nullptr;
+  }
+  c10::SymInt off;
+  if (!to_symint(offset, off)) return nullptr;
+  SymShape m;
+  PyObject* derived = PyTuple_GET_ITEM(recipe, 1);
+  if (!PyTuple_Check(derived)) {
+    PyErr_SetString(PyExc_TypeError, "fastfake: bad recipe");
+    return nullptr;
+  }
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(derived); ++i) {
+    PyObject* pair = PyTuple_GET_ITEM(derived, i);
+    m.derived.emplace_back(static_cast<Derived>(PyLong_AsLong(PyTuple_GET_ITEM(pair, 0))), SymVal{});
+    if (!symval_from_py(PyTuple_GET_ITEM(pair, 1), m.derived.back().second)) return nullptr;
+  }
+  m.version = PyLong_AsLongLong(PyTuple_GET_ITEM(recipe, 2));
+  c10::Storage storage;
+  if (base != Py_None) {
+    if (!THPVariable_Check(base)) {
+      PyErr_SetString(PyExc_TypeError, "fastfake: view base is not a tensor");
+      return nullptr;
+    }
+    storage = THPVariable_Unpack(base).storage();
+  } else {
+    SymVal nb;
+    c10::SymInt nbytes;
+    if (!symval_from_py(PyTuple_GET_ITEM(recipe, 0), nb) || !make_symint(ctx, nb, nbytes)) {
+      Py_CLEAR(nb.fields);
+      return nullptr;
+    }
+    Py_CLEAR(nb.fields);
+    storage = c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+        c10::StorageImpl::use_byte_size_t(), nbytes, c10::GetAllocator(c10::kMeta), true));
+  }
+  at::Tensor t;
+  try {
+    t = at::detail::make_tensor<c10::TensorImpl>(
+        std::move(storage), c10::DispatchKeySet(c10::DispatchKey::Meta),
+        c10::scalarTypeToTypeMeta(reinterpret_cast<THPDtype*>(dtype)->scalar_type));
+    c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+    impl->set_sizes_and_strides(sz, st, off);
+    if (!seed_derived(ctx, impl, m)) return nullptr;
+    for (int64_t i = 0; i < m.version; ++i) impl->bump_version();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+  bump(CacheSymSynthReuse);
+  return make_fake_tensor(mode, std::move(t), device);
+}
+
+namespace {
 } // namespace
 
 void cache_clear() {

@@ -68,6 +68,7 @@ namespace fastfake {
   _(CacheSymReject, "cache.symbolic.unlearnable")                   \
   _(CacheSymRecheck, "cache.symbolic.rechecked")                    \
   _(CacheSymStale, "cache.symbolic.stale")                          \
+  _(CacheSymSynthReuse, "cache.symbolic.synth_reused")              \
   _(CrossChecked, "crosscheck.checked")                             \
   _(CrossMismatch, "crosscheck.mismatch")                           \
   _(DeviceFast, "device.fast")                                      \
@@ -231,6 +232,11 @@ PyObject* try_cache(
     bool* handled,
     bool* served);
 void cache_clear();
+// Recipe of a synthesised symbolic output (storage size if `fresh`, derived
+// values, version) and building one from sizes / strides / offset + recipe.
+PyObject* synth_recipe(PyObject* synth, bool fresh);
+PyObject* synth_build(PyObject* mode, PyObject* dtype, PyObject* device, PyObject* sizes,
+                      PyObject* strides, PyObject* offset, PyObject* base, PyObject* recipe);
 size_t cache_size();
 
 // ---------------------------------------------------------------------------

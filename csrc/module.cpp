@@ -137,6 +137,18 @@ PYBIND11_MODULE(_C, m) {
   m.def("cache_clear", &cache_clear, "Drop every result-cache entry.");
   m.def("cache_size", &cache_size, "Number of result-cache entries.");
   m.def(
+      "synth_recipe",
+      [](py::handle synth, bool fresh) { return steal_or_throw(synth_recipe(synth.ptr(), fresh)); },
+      "What a synthesised symbolic output carries beyond its sizes/strides/offset.");
+  m.def(
+      "synth_build",
+      [](py::handle mode, py::handle dtype, py::handle device, py::handle sizes,
+         py::handle strides, py::handle offset, py::handle base, py::handle recipe) {
+        return steal_or_throw(synth_build(mode.ptr(), dtype.ptr(), device.ptr(), sizes.ptr(),
+                                          strides.ptr(), offset.ptr(), base.ptr(), recipe.ptr()));
+      },
+      "Build a synthesised symbolic output from sizes/strides/offset and a recipe.");
+  m.def(
       "_inject_fault",
       [](int n) { g_config.inject_fault = n; },
       "Testing only: give the next n fast results a wrong dtype.");

@@ -66,6 +66,21 @@ def cache_clear() -> None:
 
 def cache_size() -> int:
     """Number of result-cache entries."""
+
+def synth_recipe(synth: Any, fresh: bool) -> tuple[Any, tuple[tuple[int, Any], ...], int] | None:
+    """What a symbolic FakeTensor stock synthesised for a new cache entry carries
+    beyond its sizes / strides / offset: ``(storage_nbytes or None, ((derived kind,
+    value), ...), version)`` with each value an int or a SymNode value tuple
+    ``(expr, pytype, hint, constant, fx_node, optimized_summation)``; ``None`` when
+    it cannot be described."""
+
+def synth_build(
+    mode: Any, dtype: Any, device: Any, sizes: tuple[Any, ...], strides: tuple[Any, ...],
+    offset: Any, base: Any, recipe: tuple[Any, tuple[tuple[int, Any], ...], int],
+) -> Any:
+    """Build that FakeTensor from sizes / strides / offset (ints or SymInts, used as
+    they are) and a recipe: fresh storage of the recorded size, or ``base``'s
+    storage for a view; derived values seeded; no SymNode arithmetic."""
 def _inject_fault(n: int) -> None:
     """Testing only: the next ``n`` fast elementwise results get a wrong dtype."""
 

@@ -263,3 +263,40 @@ def test_erroring_symbolic_call_leaves_no_capture_frame():
     assert not both.stock[0].ok
     assert both.fast[0].stats["cache.symbolic.miss"] >= 1
     assert _cache._CAPTURES == []
+
+
+def _same_layout_outputs(x):
+    # different ops whose outputs have the same sizes / strides: after the first,
+    # stock's validation tensor for each new entry is built from the recorded recipe
+    fresh = (torch.softmax(x, -1), torch.log_softmax(x, -1), torch.tanh(x).clone())
+    views = (x.transpose(0, 1), x.permute(1, 0, 2), x.swapaxes(0, 1))
+    # repeats are cache hits, rebuilt from what was learned from those tensors;
+    # .contiguous() on them reads the contiguity the learned recipe seeded
+    again = (x.transpose(0, 1), x.permute(1, 0, 2), torch.softmax(x, -1))
+    return fresh, views, again, tuple(t.contiguous() * 2 for t in again)
+
+
+def test_synthesised_outputs_are_reused_exactly():
+    both = _check(_same_layout_outputs, [T], repeat=lambda f: f)
+    stats = both.fast[0].stats
+    assert stats["cache.symbolic.synth_reused"] >= 2, parity.counters_with_prefix(stats, "cache.")
+
+
+def test_synthesised_outputs_reused_under_make_fx():
+    def trace():
+        gm = make_fx(_same_layout_outputs, tracing_mode="symbolic")(torch.randn(4, 6, 8))
+        env = next(n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder").shape[0].node.shape_env
+        return gm.code, [str(n.meta.get("val")) for n in gm.graph.nodes], [str(g.expr) for g in env.guards]
+
+    fastfake.uninstall()
+    FakeTensorMode.cache_clear()
+    stock = trace()
+    fastfake.install()
+    fastfake.reset_stats()
+    try:
+        fast = trace()
+        stats = fastfake.stats()
+    finally:
+        fastfake.uninstall()
+    assert fast == stock
+    assert stats["cache.symbolic.synth_reused"] >= 2, parity.counters_with_prefix(stats, "cache.")
