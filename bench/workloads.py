@@ -10,8 +10,9 @@ Workloads
 compile_static / compile_dynamic
     ``torch.compile(model, backend="aot_eager", dynamic=False/True)``, first call
     under ``torch.no_grad()``; ``torch._dynamo.reset()`` first.
-compile_train
-    Same (dynamic=False) in training mode: forward + backward of the sum of outputs.
+compile_train / compile_train_dynamic
+    Same (dynamic=False / True) in training mode: forward + backward of the sum of
+    outputs.
 aot_function
     ``functorch.compile.aot_function`` over ``functional_call(model, params, inputs)``
     with forward/backward compilers that return the graph unchanged; forward +
@@ -223,6 +224,10 @@ def compile_train(model, inputs, *, spec=None, size="default"):
     return _compile(model, inputs, dynamic=False, train=True)
 
 
+def compile_train_dynamic(model, inputs, *, spec=None, size="default"):
+    return _compile(model, inputs, dynamic=True, train=True)
+
+
 def aot_function_workload(model, inputs, *, spec=None, size="default"):
     from functorch.compile import aot_function
 
@@ -316,6 +321,8 @@ WORKLOADS: dict[str, Workload] = {
                  doc='torch.compile(backend="aot_eager", dynamic=True), inference'),
         Workload("compile_train", compile_train, uses_dynamo=True,
                  doc='torch.compile(backend="aot_eager"), forward + backward'),
+        Workload("compile_train_dynamic", compile_train_dynamic, uses_dynamo=True,
+                 doc='torch.compile(backend="aot_eager", dynamic=True), forward + backward'),
         Workload("aot_function", aot_function_workload, doc="aot_function with nop compilers, fw + bw"),
         Workload("make_fx_fake", make_fx_fake, doc='make_fx(tracing_mode="fake")'),
         Workload("make_fx_symbolic", make_fx_symbolic, doc='make_fx(tracing_mode="symbolic")'),
