@@ -175,8 +175,11 @@ def install(
 
     * ``elementwise``: pointwise ATen ops are computed in C++ (C-level
       ``FakeTensorMode.__torch_dispatch__``).
-    * ``cache``: per-op result cache in C++ for every other op (static shapes),
-      filled from stock's own dispatch-cache entries.
+    * ``cache``: per-op result cache in C++ for every other op (static shapes, and
+      symbolic shapes per ShapeEnv), filled from stock's own dispatch-cache entries;
+      also wraps ``FakeTensorMode._output_from_cache_entry`` (pass-through capture
+      of the tensor stock synthesises on a symbolic miss).
+      ``FASTFAKE_NO_SYMBOLIC_CACHE=1`` keeps symbolic calls out of it.
     * ``device``: ``FakeTensor.device`` is served by a C-level descriptor.
     * ``crosscheck`` (or ``FASTFAKE_CROSSCHECK=1``): every fast result is
       recomputed by stock and compared; a mismatch raises
