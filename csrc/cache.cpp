@@ -584,6 +584,38 @@ bool learn_node(const KeyCtx& ctx, PyObject* node, SymVal& out) {
   return true;
 }
 
+// The derived values (numel, contiguity flags) a symbolic tensor has computed.
+bool learn_derived(
+    const KeyCtx& ctx,
+    const c10::TensorImpl* impl,
+    std::vector<std::pair<Derived, SymVal>>& out) {
+  if (!impl->has_symbolic_sizes_strides()) return true;
+  const c10::SymbolicShapeMeta* m = shape_meta(impl);
+  if (m == nullptr) return false;
+  using M = c10::SymbolicShapeMeta;
+  using GetBool = const c10::SymBool& (M::*)() const;
+  if (m->has_numel()) {
+    out.emplace_back(kNumel, SymVal{});
+    if (!learn_symval(ctx, m->numel(), out.back().second)) return false;
+  }
+  const std::tuple<Derived, bool, GetBool> flags[] = {
+      {kContiguous, m->has_is_contiguous(), static_cast<GetBool>(&M::is_contiguous)},
+      {kChannelsLastContiguous, m->has_is_channels_last_contiguous(), &M::is_channels_last_contiguous},
+      {kChannelsLast3dContiguous, m->has_is_channels_last_3d_contiguous(),
+       &M::is_channels_last_3d_contiguous},
+      {kChannelsLast, m->has_is_channels_last(), &M::is_channels_last},
+      {kChannelsLast3d, m->has_is_channels_last_3d(), &M::is_channels_last_3d},
+      {kNonOverlappingAndDense, m->has_is_non_overlapping_and_dense(),
+       &M::is_non_overlapping_and_dense},
+  };
+  for (const auto& [d, avail, get] : flags) {
+    if (!avail) continue;
+    out.emplace_back(d, SymVal{});
+    if (!learn_symbool(ctx, (m->*get)(), out.back().second)) return false;
+  }
+  return true;
+}
+
 // ("tensor_sym", synthesised FakeTensor, view_idx): read every int-like off the
 // tensor stock's cache hit would return for this call.
 bool learn_symbolic_tensor(const KeyCtx& ctx, PyObject* o, OutSpec& s) {
@@ -612,34 +644,7 @@ bool learn_symbolic_tensor(const KeyCtx& ctx, PyObject* o, OutSpec& s) {
     return false;
   }
   sym->version = t.is_inference() ? 0 : static_cast<int64_t>(impl->version_counter().current_version());
-  if (impl->has_symbolic_sizes_strides()) {
-    const c10::SymbolicShapeMeta* m = shape_meta(impl);
-    if (m == nullptr) return false;
-    auto add = [&](Derived d, bool avail, auto get) -> bool {
-      if (!avail) return true;
-      sym->derived.emplace_back(d, SymVal{});
-      if constexpr (std::is_same_v<decltype(get()), const c10::SymInt&>) {
-        return learn_symval(ctx, get(), sym->derived.back().second);
-      } else {
-        return learn_symbool(ctx, get(), sym->derived.back().second);
-      }
-    };
-    if (!add(kNumel, m->has_numel(), [&]() -> const c10::SymInt& { return m->numel(); }) ||
-        !add(kContiguous, m->has_is_contiguous(),
-             [&]() -> const c10::SymBool& { return m->is_contiguous(); }) ||
-        !add(kChannelsLastContiguous, m->has_is_channels_last_contiguous(),
-             [&]() -> const c10::SymBool& { return m->is_channels_last_contiguous(); }) ||
-        !add(kChannelsLast3dContiguous, m->has_is_channels_last_3d_contiguous(),
-             [&]() -> const c10::SymBool& { return m->is_channels_last_3d_contiguous(); }) ||
-        !add(kChannelsLast, m->has_is_channels_last(),
-             [&]() -> const c10::SymBool& { return m->is_channels_last(); }) ||
-        !add(kChannelsLast3d, m->has_is_channels_last_3d(),
-             [&]() -> const c10::SymBool& { return m->is_channels_last_3d(); }) ||
-        !add(kNonOverlappingAndDense, m->has_is_non_overlapping_and_dense(),
-             [&]() -> const c10::SymBool& { return m->is_non_overlapping_and_dense(); })) {
-      return false;
-    }
-  }
+  if (!learn_derived(ctx, impl, sym->derived)) return false;
   s.dtype = impl->dtype().toScalarType();
   Py_INCREF(device);
   s.device = device;
@@ -1011,30 +1016,9 @@ PyObject* synth_recipe(PyObject* synth, bool fresh) {
     PyErr_Clear();
     Py_RETURN_NONE;
   }
-  if (impl->has_symbolic_sizes_strides()) {
-    const c10::SymbolicShapeMeta* m = shape_meta(impl);
-    if (m == nullptr) Py_RETURN_NONE;
-    auto add_int = [&](Derived d, bool avail, const c10::SymInt& (c10::SymbolicShapeMeta::*get)() const) {
-      if (!avail) return true;
-      sym.derived.emplace_back(d, SymVal{});
-      return learn_symval(ctx, (m->*get)(), sym.derived.back().second);
-    };
-    auto add_bool = [&](Derived d, bool avail, const c10::SymBool& (c10::SymbolicShapeMeta::*get)() const) {
-      if (!avail) return true;
-      sym.derived.emplace_back(d, SymVal{});
-      return learn_symbool(ctx, (m->*get)(), sym.derived.back().second);
-    };
-    using M = c10::SymbolicShapeMeta;
-    if (!add_int(kNumel, m->has_numel(), &M::numel) ||
-        !add_bool(kContiguous, m->has_is_contiguous(), static_cast<const c10::SymBool& (M::*)() const>(&M::is_contiguous)) ||
-        !add_bool(kChannelsLastContiguous, m->has_is_channels_last_contiguous(), &M::is_channels_last_contiguous) ||
-        !add_bool(kChannelsLast3dContiguous, m->has_is_channels_last_3d_contiguous(), &M::is_channels_last_3d_contiguous) ||
-        !add_bool(kChannelsLast, m->has_is_channels_last(), &M::is_channels_last) ||
-        !add_bool(kChannelsLast3d, m->has_is_channels_last_3d(), &M::is_channels_last_3d) ||
-        !add_bool(kNonOverlappingAndDense, m->has_is_non_overlapping_and_dense(), &M::is_non_overlapping_and_dense)) {
-      PyErr_Clear();
-      Py_RETURN_NONE;
-    }
+  if (!learn_derived(ctx, impl, sym.derived)) {
+    PyErr_Clear();
+    Py_RETURN_NONE;
   }
   const int64_t version = t.is_inference() ? 0 : static_cast<int64_t>(impl->version_counter().current_version());
   PyObject* derived = PyTuple_New(static_cast<Py_ssize_t>(sym.derived.size()));

@@ -214,31 +214,36 @@ def still_valid(env, validity) -> bool:
     return all(replacements.get(s) == r for s, r in zip(symbols, snapshot))
 
 
+def _classify(func, info):
+    """One output of a stock entry: ``("inplace", idx)`` / ``("none",)`` (final),
+    ``("tensor", view_idx)`` (to be described), or a ``str`` reason not to cache."""
+    if info.inplace_idx is not None:
+        return ("inplace", info.inplace_idx)
+    m = info.metadata
+    if m is None and info.view_idx is None:
+        return "constant output" if info.constant_value is not None else ("none",)
+    if m is None or m.layout != torch.strided or m.requires_grad or m.is_quantized:
+        return "output kind"
+    if func.is_view and info.view_idx is None:
+        return "view without base"
+    return ("tensor", info.view_idx if func.is_view else -1)
+
+
 def _describe_static(func, entry):
     outputs = []
     for info in entry.output_infos:
-        if info.inplace_idx is not None:
-            outputs.append(("inplace", info.inplace_idx))
+        c = _classify(func, info)
+        if isinstance(c, str):
+            return c
+        if c[0] != "tensor":
+            outputs.append(c)
             continue
         m = info.metadata
-        if m is None and info.view_idx is None:
-            if info.constant_value is not None:
-                return "constant output"
-            outputs.append(("none",))
-            continue
-        if m is None or m.layout != torch.strided or m.requires_grad or m.is_quantized:
-            return "output kind"
-        ints = (*m.shape, *m.stride, m.storage_offset)
-        if not all(type(v) is int for v in ints):
+        if not all(type(v) is int for v in (*m.shape, *m.stride, m.storage_offset)):
             return "symbolic output"
-        view_idx = -1
-        if func.is_view:
-            if info.view_idx is None:
-                return "view without base"
-            view_idx = info.view_idx
         outputs.append(
             ("tensor", m.dtype, tuple(m.shape), tuple(m.stride), m.storage_offset,
-             m.device, m.is_conj, m.is_neg, view_idx)
+             m.device, m.is_conj, m.is_neg, c[1])
         )
     return (entry.is_output_tuple, outputs)
 
@@ -249,34 +254,24 @@ def _describe_symbolic(mode, state, key, func, args, kwargs, entry, out, stock_h
         return "output structure"
     outputs = []
     for info, o in zip(entry.output_infos, outs):
-        if info.inplace_idx is not None:
-            outputs.append(("inplace", info.inplace_idx))
+        c = _classify(func, info)
+        if isinstance(c, str):
+            return c
+        if c[0] != "tensor":
+            outputs.append(c)
             continue
-        m = info.metadata
-        if m is None and info.view_idx is None:
-            if info.constant_value is not None:
-                return "constant output"
-            outputs.append(("none",))
-            continue
-        if m is None or m.layout != torch.strided or m.requires_grad or m.is_quantized:
-            return "output kind"
-        view_idx = -1
-        if func.is_view:
-            if info.view_idx is None:
-                return "view without base"
-            view_idx = info.view_idx
         if stock_hit:
             synth = o  # stock answered from its cache: this is what a hit builds
         elif id(info) in captured:
             synth = captured[id(info)]  # built by stock while validating this entry
         else:
-            # What stock's next hit will build; stock built (and discarded) the
-            # same tensor while validating its entry.
+            # What stock's next hit will build (stock built the same tensor while
+            # validating its entry; not captured when its key came another way).
             single = ft._DispatchCacheValidEntry(output_infos=(info,), is_output_tuple=False)
             synth = mode._output_from_cache_entry(state, single, key, func, args)
         if type(synth) is not ft.FakeTensor:
             return "output kind"
-        outputs.append(("tensor_sym", synth, view_idx))
+        outputs.append(("tensor_sym", synth, c[1]))
     synths = [o[1] for o in outputs if o[0] == "tensor_sym"]
     inputs = (*args, *kwargs.values()) if kwargs else args
     return (entry.is_output_tuple, outputs, _validity(mode.shape_env, inputs, synths))

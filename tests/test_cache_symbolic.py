@@ -221,6 +221,28 @@ def test_symbolic_cache_can_be_switched_off(monkeypatch):
     assert stats["cache.symbolic.hit"] == 0 and stats["cache.bypass.symbolic_shape"] >= 3, stats
 
 
+def _trace_symbolic(fn, args, **install):
+    """make_fx(tracing_mode="symbolic") under stock and under fastfake: (graph code,
+    node vals, ShapeEnv guards) of each, and fastfake's counters."""
+
+    def trace():
+        gm = make_fx(fn, tracing_mode="symbolic")(*args)
+        env = next(n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder").shape[0].node.shape_env
+        return gm.code, [str(n.meta.get("val")) for n in gm.graph.nodes], [str(g.expr) for g in env.guards]
+
+    fastfake.uninstall()
+    FakeTensorMode.cache_clear()
+    stock = trace()
+    fastfake.install(**install)
+    fastfake.reset_stats()
+    try:
+        fast = trace()
+        stats = fastfake.stats()
+    finally:
+        fastfake.uninstall()
+    return stock, fast, stats
+
+
 def _mlp(x, w1, w2):
     h = F.gelu(x @ w1)
     h = h.transpose(0, 1).contiguous().transpose(0, 1)
@@ -230,23 +252,7 @@ def _mlp(x, w1, w2):
 @pytest.mark.parametrize("crosscheck", [False, True])
 def test_make_fx_symbolic_identical_graph_and_guards(crosscheck):
     args = (torch.randn(4, 6, 8), torch.randn(8, 16), torch.randn(16, 8))
-
-    def trace():
-        gm = make_fx(lambda *a: (_mlp(*a), _mlp(*a)), tracing_mode="symbolic")(*args)
-        env = next(n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder").shape[0].node.shape_env
-        metas = [str(n.meta.get("val")) for n in gm.graph.nodes]
-        return gm.code, metas, [str(g.expr) for g in env.guards]
-
-    fastfake.uninstall()
-    FakeTensorMode.cache_clear()
-    stock = trace()
-    fastfake.install(crosscheck=crosscheck)
-    fastfake.reset_stats()
-    try:
-        fast = trace()
-        stats = fastfake.stats()
-    finally:
-        fastfake.uninstall()
+    stock, fast, stats = _trace_symbolic(lambda *a: (_mlp(*a), _mlp(*a)), args, crosscheck=crosscheck)
     assert fast == stock
     assert stats["cache.symbolic.hit"] > 0, parity.counters_with_prefix(stats, "cache.")
     if crosscheck:
@@ -283,20 +289,6 @@ def test_synthesised_outputs_are_reused_exactly():
 
 
 def test_synthesised_outputs_reused_under_make_fx():
-    def trace():
-        gm = make_fx(_same_layout_outputs, tracing_mode="symbolic")(torch.randn(4, 6, 8))
-        env = next(n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder").shape[0].node.shape_env
-        return gm.code, [str(n.meta.get("val")) for n in gm.graph.nodes], [str(g.expr) for g in env.guards]
-
-    fastfake.uninstall()
-    FakeTensorMode.cache_clear()
-    stock = trace()
-    fastfake.install()
-    fastfake.reset_stats()
-    try:
-        fast = trace()
-        stats = fastfake.stats()
-    finally:
-        fastfake.uninstall()
+    stock, fast, stats = _trace_symbolic(_same_layout_outputs, (torch.randn(4, 6, 8),))
     assert fast == stock
     assert stats["cache.symbolic.synth_reused"] >= 2, parity.counters_with_prefix(stats, "cache.")

@@ -35,16 +35,7 @@ def _sym(mode, real, dynamic=None):
     return mode.from_tensor(real, symbolic_context=ctx)
 
 
-def _shape_env_state(outcome: parity.Outcome):
-    env = outcome.mode.shape_env
-    return {
-        "guards": [str(g.expr) for g in env.guards],
-        "var_to_range": {str(k): str(v) for k, v in env.var_to_range.items()},
-        "replacements": {str(k): str(v) for k, v in env.replacements.items()},
-        "deferred_runtime_asserts": {
-            str(k): [str(r.expr) for r in v] for k, v in env.deferred_runtime_asserts.items()
-        },
-    }
+_shape_env_state = parity.shape_env_state
 
 
 def _check_symbolic(fn, reals, dynamic=None, expect_symbolic_fallback=True):
