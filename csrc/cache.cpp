@@ -250,12 +250,6 @@ c10::SymInt symint_from_node(PyObject* node) {
       py::reinterpret_borrow<py::object>(node))));
 }
 
-// The Python SymNode behind a heap-allocated SymInt, or nullptr.
-PyObject* py_node_of(const c10::SymInt& s) {
-  auto* p = dynamic_cast<torch::impl::PythonSymNodeImpl*>(s.toSymNodeImplUnowned());
-  return p == nullptr ? nullptr : p->getPyObj().ptr();
-}
-
 // Appends a SymNode: a back-reference if this key has seen the object before,
 // otherwise its interned value id (memoised on the node by fastfake._cache.sym_vid).
 bool push_node(KeyCtx& ctx, PyObject* node, const c10::SymInt* s) {
@@ -310,7 +304,7 @@ bool push_symint(KeyCtx& ctx, const c10::SymInt& s) {
     ctx.key.push_back(s.as_int_unchecked());
     return true;
   }
-  PyObject* node = py_node_of(s);
+  PyObject* node = py_sym_node(s.toSymNodeImplUnowned());
   if (node == nullptr) {
     ctx.why = CacheBypassSymOther;
     return false;
@@ -344,7 +338,7 @@ bool encode(KeyCtx& ctx, PyObject* v, int depth) {
     const c10::Device& d = reinterpret_cast<THPDevice*>(dev)->device;
     key.push_back(symbolic ? kSymTensor : kTensor);
     key.push_back(static_cast<int64_t>(impl->dtype().toScalarType()));
-    key.push_back((static_cast<int64_t>(d.type()) << 8) | (d.index() + 1));
+    key.push_back(device_code(d));
     if (!symbolic) {
       const auto sizes = impl->sizes();
       const auto strides = impl->strides();
@@ -429,7 +423,7 @@ bool encode(KeyCtx& ctx, PyObject* v, int depth) {
   if (THPDevice_Check(v)) {
     const c10::Device& d = reinterpret_cast<THPDevice*>(v)->device;
     key.push_back(kDevice);
-    key.push_back((static_cast<int64_t>(d.type()) << 8) | (d.index() + 1));
+    key.push_back(device_code(d));
     return true;
   }
   if (THPLayout_Check(v)) {
@@ -543,7 +537,7 @@ bool learn_symval(const KeyCtx& ctx, const c10::SymInt& x, SymVal& out) {
     out.v = x.as_int_unchecked();
     return true;
   }
-  return learn_node(ctx, py_node_of(x), out);
+  return learn_node(ctx, py_sym_node(x.toSymNodeImplUnowned()), out);
 }
 
 bool learn_symbool(const KeyCtx& ctx, const c10::SymBool& x, SymVal& out) {
@@ -552,8 +546,7 @@ bool learn_symbool(const KeyCtx& ctx, const c10::SymBool& x, SymVal& out) {
     out.v = x.as_bool_unchecked() ? 1 : 0;
     return true;
   }
-  auto* p = dynamic_cast<torch::impl::PythonSymNodeImpl*>(x.toSymNodeImplUnowned());
-  return learn_node(ctx, p == nullptr ? nullptr : p->getPyObj().ptr(), out);
+  return learn_node(ctx, py_sym_node(x.toSymNodeImplUnowned()), out);
 }
 
 bool learn_node(const KeyCtx& ctx, PyObject* node, SymVal& out) {
@@ -824,9 +817,48 @@ bool seed_derived(const KeyCtx& ctx, c10::TensorImpl* impl, const SymShape& m) {
   return true;
 }
 
+// A new meta storage of `nbytes` bytes (a SymInt: symbolic sizes need no allocation).
+c10::Storage meta_storage(c10::SymInt nbytes) {
+  return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
+      c10::StorageImpl::use_byte_size_t(), std::move(nbytes), c10::GetAllocator(c10::kMeta),
+      /*resizable=*/true));
+}
+
+// A FakeTensor with the given storage, sizes / strides / offset, the derived values
+// and version of `m`, and the conj / neg bits; no SymNode arithmetic.
+PyObject* build_symbolic(
+    const KeyCtx& ctx,
+    PyObject* mode,
+    c10::Storage storage,
+    at::ScalarType dtype,
+    PyObject* device,
+    c10::SymIntArrayRef sizes,
+    c10::SymIntArrayRef strides,
+    const c10::SymInt& offset,
+    const SymShape& m,
+    bool conj,
+    bool neg) {
+  at::Tensor t;
+  try {
+    t = at::detail::make_tensor<c10::TensorImpl>(
+        std::move(storage), c10::DispatchKeySet(c10::DispatchKey::Meta),
+        c10::scalarTypeToTypeMeta(dtype));
+    c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+    impl->set_sizes_and_strides(sizes, strides, offset);
+    if (!seed_derived(ctx, impl, m)) return nullptr;
+    if (conj) impl->_set_conj(true);
+    if (neg) impl->_set_neg(true);
+    for (int64_t i = 0; i < m.version; ++i) impl->bump_version();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+  return make_fake_tensor(mode, std::move(t), device);
+}
+
 // A symbolic output without replaying stock's SymNode arithmetic: storage of the
-// recorded size (fresh) or the current view input's storage, then the recorded
-// sizes / strides / offset. Numel and contiguity stay lazy, as on any new tensor.
+// recorded size (fresh) or the current view input's storage, the recorded sizes /
+// strides / offset, and the derived values stock's output had computed.
 PyObject* rebuild_symbolic(PyObject* mode, PyObject* args, const KeyCtx& ctx, const OutSpec& s) {
   const SymShape& m = *s.sym;
   c10::SymDimVector sizes(m.sizes.size()), strides(m.strides.size());
@@ -838,38 +870,20 @@ PyObject* rebuild_symbolic(PyObject* mode, PyObject* args, const KeyCtx& ctx, co
     if (!make_symint(ctx, m.strides[i], strides[i])) return nullptr;
   }
   if (!make_symint(ctx, m.offset, offset)) return nullptr;
-  const at::Tensor* base = nullptr;
+  c10::Storage storage;
   if (s.kind == OutSpec::View) {
     if (s.idx < 0 || s.idx >= PyTuple_GET_SIZE(args) ||
         !is_fake_exact(PyTuple_GET_ITEM(args, s.idx))) {
       PyErr_SetString(PyExc_RuntimeError, "fastfake cache: view argument is not a FakeTensor");
       return nullptr;
     }
-    base = &THPVariable_Unpack(PyTuple_GET_ITEM(args, s.idx));
-  } else if (!make_symint(ctx, m.nbytes, nbytes)) {
-    return nullptr;
+    storage = THPVariable_Unpack(PyTuple_GET_ITEM(args, s.idx)).storage();
+  } else {
+    if (!make_symint(ctx, m.nbytes, nbytes)) return nullptr;
+    storage = meta_storage(std::move(nbytes));
   }
-  at::Tensor t;
-  try {
-    c10::Storage storage = base != nullptr
-        ? base->storage()
-        : c10::Storage(c10::make_intrusive<c10::StorageImpl>(
-              c10::StorageImpl::use_byte_size_t(), nbytes, c10::GetAllocator(c10::kMeta),
-              /*resizable=*/true));
-    t = at::detail::make_tensor<c10::TensorImpl>(
-        std::move(storage), c10::DispatchKeySet(c10::DispatchKey::Meta),
-        c10::scalarTypeToTypeMeta(s.dtype));
-    c10::TensorImpl* impl = t.unsafeGetTensorImpl();
-    impl->set_sizes_and_strides(sizes, strides, offset);
-    if (!seed_derived(ctx, impl, m)) return nullptr;
-    if (s.conj) impl->_set_conj(true);
-    if (s.neg) impl->_set_neg(true);
-    for (int64_t i = 0; i < m.version; ++i) impl->bump_version();
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-    return nullptr;
-  }
-  return make_fake_tensor(mode, std::move(t), s.device);
+  return build_symbolic(ctx, mode, std::move(storage), s.dtype, s.device, sizes, strides, offset,
+                        m, s.conj, s.neg);
 }
 
 // Mirrors FakeTensorMode._get_output_tensor_from_cache_entry.
@@ -1108,29 +1122,16 @@ PyObject* synth_build(
   } else {
     SymVal nb;
     c10::SymInt nbytes;
-    if (!symval_from_py(PyTuple_GET_ITEM(recipe, 0), nb) || !make_symint(ctx, nb, nbytes)) {
-      Py_CLEAR(nb.fields);
-      return nullptr;
-    }
+    const bool ok = symval_from_py(PyTuple_GET_ITEM(recipe, 0), nb) && make_symint(ctx, nb, nbytes);
     Py_CLEAR(nb.fields);
-    storage = c10::Storage(c10::make_intrusive<c10::StorageImpl>(
-        c10::StorageImpl::use_byte_size_t(), nbytes, c10::GetAllocator(c10::kMeta), true));
+    if (!ok) return nullptr;
+    storage = meta_storage(std::move(nbytes));
   }
-  at::Tensor t;
-  try {
-    t = at::detail::make_tensor<c10::TensorImpl>(
-        std::move(storage), c10::DispatchKeySet(c10::DispatchKey::Meta),
-        c10::scalarTypeToTypeMeta(reinterpret_cast<THPDtype*>(dtype)->scalar_type));
-    c10::TensorImpl* impl = t.unsafeGetTensorImpl();
-    impl->set_sizes_and_strides(sz, st, off);
-    if (!seed_derived(ctx, impl, m)) return nullptr;
-    for (int64_t i = 0; i < m.version; ++i) impl->bump_version();
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-    return nullptr;
-  }
-  bump(CacheSymSynthReuse);
-  return make_fake_tensor(mode, std::move(t), device);
+  PyObject* out = build_symbolic(ctx, mode, std::move(storage),
+                                 reinterpret_cast<THPDtype*>(dtype)->scalar_type, device, sz, st,
+                                 off, m, /*conj=*/false, /*neg=*/false);
+  if (out != nullptr) bump(CacheSymSynthReuse);
+  return out;
 }
 
 namespace {
@@ -1281,14 +1282,14 @@ PyObject* try_cache(
     if (parse_entry(ctx, desc, e)) {
       store(std::move(ctx.key), std::move(e));
     } else if (ctx.symbolic) {
-      // Deterministic for this key: do not pay for learning it again.
+      // Deterministic for this key: do not pay for learning it again. The entry
+      // keeps its op reference; only the half-parsed outputs go.
       bump(CacheSymReject);
-      e.release();
+      for (auto& o : e.outs) Py_CLEAR(o.device);
       e.outs.clear();
+      Py_CLEAR(e.validity);
       e.negative = true;
       e.reason = CacheSymReject;
-      Py_INCREF(func);
-      e.func = func;
       store(std::move(ctx.key), std::move(e));
     } else {
       e.release();

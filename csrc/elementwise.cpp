@@ -722,7 +722,7 @@ PyObject* try_elementwise(
     const c10::Device& d = dev_of(op.device);
     sig.push_back(kTagTensor);
     sig.push_back(static_cast<int64_t>(op.t->scalar_type()));
-    sig.push_back((static_cast<int64_t>(d.type()) << 8) | (d.index() + 1));
+    sig.push_back(device_code(d));
     sig.push_back(op.t->dim());
     sig.push_back(layout_flags(*op.t, shape, prev));
     prev = op.t;

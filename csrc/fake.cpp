@@ -78,15 +78,13 @@ std::string device_str(PyObject* t) {
 bool same_symint(const c10::SymInt& x, const c10::SymInt& y) {
   if (x.is_heap_allocated() != y.is_heap_allocated()) return false;
   if (!x.is_heap_allocated()) return x.as_int_unchecked() == y.as_int_unchecked();
-  auto* px = dynamic_cast<torch::impl::PythonSymNodeImpl*>(x.toSymNodeImplUnowned());
-  auto* py_ = dynamic_cast<torch::impl::PythonSymNodeImpl*>(y.toSymNodeImplUnowned());
-  if (px == nullptr || py_ == nullptr) return false;
-  PyObject* a = px->getPyObj().ptr();
-  PyObject* b = py_->getPyObj().ptr();
+  PyObject* a = py_sym_node(x.toSymNodeImplUnowned());
+  PyObject* b = py_sym_node(y.toSymNodeImplUnowned());
+  if (a == nullptr || b == nullptr) return false;
   if (a == b) return true;
-  for (const char* field : {"_expr", "_hint"}) {
-    PyObject* fa = PyObject_GetAttrString(a, field);
-    PyObject* fb = PyObject_GetAttrString(b, field);
+  for (PyObject* field : {g_py.s_expr, g_py.s_hint}) {
+    PyObject* fa = PyObject_GetAttr(a, field);
+    PyObject* fb = PyObject_GetAttr(b, field);
     const int eq = (fa && fb) ? PyObject_RichCompareBool(fa, fb, Py_EQ) : -1;
     Py_XDECREF(fa);
     Py_XDECREF(fb);
@@ -107,6 +105,11 @@ bool same_symints(c10::SymIntArrayRef x, c10::SymIntArrayRef y) {
 }
 
 } // namespace
+
+PyObject* py_sym_node(c10::SymNodeImpl* node) {
+  auto* p = dynamic_cast<torch::impl::PythonSymNodeImpl*>(node);
+  return p == nullptr ? nullptr : p->getPyObj().ptr();
+}
 
 std::string compare_fake(PyObject* a, PyObject* b) {
   if (a == b) {

@@ -4,6 +4,8 @@
 //   stats.cpp        cheap counters behind fastfake.stats()
 //   fake.cpp         inspecting and building FakeTensor Python objects
 //   elementwise.cpp  the pointwise fast path (shape / stride / dtype / device)
+//   cache.cpp        the per-op result cache (static and symbolic shapes)
+//   keys.h           encoding Python values into integer keys (both of the above)
 //   dispatch.cpp     the C-level FakeTensorMode.__torch_dispatch__ and device descriptor
 //   module.cpp       pybind11 bindings
 #pragma once
@@ -148,7 +150,6 @@ struct PyRefs {
   PyObject* s_pytype = nullptr;
   PyObject* s_fx_node = nullptr;
   PyObject* s_optimized_summation = nullptr;
-  PyObject* s_epoch = nullptr;
   PyObject* s_replacements_version = nullptr; // "_replacements_version_counter"
   PyObject* s_translation_validation = nullptr; // "_translation_validation_enabled"
   PyObject* s_cache_hits = nullptr;
@@ -173,6 +174,10 @@ inline bool is_fake_exact(PyObject* obj) {
 // FakeTensor.__new__ does. `device` is a torch.device object (borrowed).
 // Returns a new reference or nullptr with a Python error set.
 PyObject* make_fake_tensor(PyObject* mode, at::Tensor elem, PyObject* device);
+
+// The Python SymNode behind a SymNode implementation (nullptr if it is not one
+// backed by Python). Borrowed.
+PyObject* py_sym_node(c10::SymNodeImpl* node);
 
 // Compare two fake results field by field. Returns an empty string when equal,
 // otherwise a human-readable description of the first differing field.

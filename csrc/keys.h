@@ -4,6 +4,8 @@
 
 #include <Python.h>
 
+#include <c10/core/Device.h>
+
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -31,6 +33,11 @@ enum : int64_t {
   kKeyComplex,
   kKeyStr,
 };
+
+// A device as one key item: type and index (index -1, "no index", becomes 0).
+inline int64_t device_code(const c10::Device& d) {
+  return (static_cast<int64_t>(d.type()) << 8) | (d.index() + 1);
+}
 
 inline int64_t float_bits(double d) {
   int64_t bits;

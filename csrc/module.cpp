@@ -51,7 +51,6 @@ PYBIND11_MODULE(_C, m) {
   g_py.s_pytype = intern("pytype");
   g_py.s_fx_node = intern("fx_node");
   g_py.s_optimized_summation = intern("_optimized_summation");
-  g_py.s_epoch = intern("epoch");
   g_py.s_replacements_version = intern("_replacements_version_counter");
   g_py.s_translation_validation = intern("_translation_validation_enabled");
   g_py.s_cache_hits = intern("cache_hits");

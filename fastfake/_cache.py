@@ -173,37 +173,28 @@ def capturing(original):
     return _output_from_cache_entry
 
 
-def _symbols_of(values, out: set) -> None:
-    for v in values:
-        if isinstance(v, torch.SymInt):
-            out.update(v.node._expr.free_symbols)
+def _collect_symbols(items, symbols: set) -> None:
+    """Free symbols of every SymInt in ``items``: SymInts, tensors' sizes, strides,
+    storage offsets and storage sizes, nested lists / tuples."""
+    for a in items:
+        if isinstance(a, torch.SymInt):
+            symbols.update(a.node._expr.free_symbols)
+        elif isinstance(a, torch.Tensor):
+            _collect_symbols(
+                (*a.shape, *a.stride(), a.storage_offset(), a.untyped_storage().nbytes()), symbols
+            )
+        elif isinstance(a, (list, tuple)):
+            _collect_symbols(a, symbols)
 
 
 def _validity(env, args, synths):
     """What must not change in ``env`` for the entry to stay exact: the replacement
     of every symbol in the call's SymInts and in the synthesised outputs."""
     symbols: set = set()
-    for a in args:
-        if isinstance(a, torch.Tensor):
-            _symbols_of((*a.shape, *a.stride(), a.storage_offset(), a.untyped_storage().nbytes()), symbols)
-        elif isinstance(a, (list, tuple)):
-            _validity_items(a, symbols)
-        elif isinstance(a, torch.SymInt):
-            symbols.update(a.node._expr.free_symbols)
-    for t in synths:
-        _symbols_of((*t.shape, *t.stride(), t.storage_offset(), t.untyped_storage().nbytes()), symbols)
+    _collect_symbols(args, symbols)
+    _collect_symbols(synths, symbols)
     ordered = tuple(sorted(symbols, key=str))
     return ordered, tuple(env.replacements.get(s) for s in ordered)
-
-
-def _validity_items(items, symbols: set) -> None:
-    for a in items:
-        if isinstance(a, torch.SymInt):
-            symbols.update(a.node._expr.free_symbols)
-        elif isinstance(a, torch.Tensor):
-            _symbols_of((*a.shape, *a.stride(), a.storage_offset(), a.untyped_storage().nbytes()), symbols)
-        elif isinstance(a, (list, tuple)):
-            _validity_items(a, symbols)
 
 
 def still_valid(env, validity) -> bool:

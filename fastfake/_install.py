@@ -124,7 +124,9 @@ def _setup() -> None:
     if _State.setup_done:
         return
     ft, stats_mod = _torch_internals()
-    from ._cache import learn
+    from torch.fx.experimental.sym_node import SymNode
+
+    from ._cache import capture_begin, learn, still_valid, sym_vid
     from ._crosscheck import check
 
     # A FakeTensor built by stock, whose __dict__ (keys and order) every fast
@@ -149,10 +151,6 @@ def _setup() -> None:
         _pre_dispatch_infra_modes(),
         torch.ops.prim.device.default,
     )
-    from torch.fx.experimental.sym_node import SymNode
-
-    from ._cache import capture_begin, still_valid, sym_vid
-
     _C.setup_symbolic(SymNode, torch.SymInt, sym_vid, still_valid, capture_begin)
     _State.setup_done = True
 
