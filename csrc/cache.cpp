@@ -31,6 +31,7 @@
 //
 // Bounded (LRU); entries hold strong references only to op overloads, torch.device
 // objects and (symbolic) sympy values, never to modes, shape envs or tensors.
+#include "compat.h"
 #include "fastfake.h"
 #include "keys.h"
 
@@ -65,34 +66,10 @@ namespace {
 // inside fake dispatch, where no proxy mode traces the SymNode arithmetic; a
 // tensor that computes them later (say in `.contiguous()` under make_fx) traces it
 // and adds guards there. So outputs carry exactly the derived values stock's
-// output carries. c10 has public setters for the contiguity flags
-// (assume_*) but none to read the meta off a TensorImpl or to seed numel; these
-// two private members are reached through the explicit-instantiation rule
-// ([temp.spec]: access checking does not apply to explicit instantiations).
+// output carries. Reading the meta and seeding numel need c10 internals that
+// differ by release: compat::shape_meta / compat::seed_numel (csrc/compat.h).
 // ---------------------------------------------------------------------------
-namespace rob {
-template <typename Tag, typename Tag::type M>
-struct Robber {
-  friend typename Tag::type get(Tag) {
-    return M;
-  }
-};
-struct ExtraMetaField {
-  using type = std::unique_ptr<c10::ExtraMeta> c10::TensorImpl::*;
-  friend type get(ExtraMetaField);
-};
-template struct Robber<ExtraMetaField, &c10::TensorImpl::extra_meta_>;
-struct SetNumel {
-  using type = void (c10::SymbolicShapeMeta::*)(c10::SymInt) const;
-  friend type get(SetNumel);
-};
-template struct Robber<SetNumel, &c10::SymbolicShapeMeta::set_numel>;
-} // namespace rob
-
-c10::SymbolicShapeMeta* shape_meta(const c10::TensorImpl* impl) {
-  const auto& em = impl->*get(rob::ExtraMetaField{});
-  return em ? em->symbolic_shape_meta_.get() : nullptr;
-}
+using compat::shape_meta;
 
 // An int-like of a symbolic output.
 struct SymVal {
@@ -327,6 +304,10 @@ bool encode(KeyCtx& ctx, PyObject* v, int depth) {
     }
     PyObject* dev = instance_attr(v, g_py.s_fake_device);
     if (dev == nullptr || !THPDevice_Check(dev)) return false;
+    if (has_own_dispatch_keys(v)) {
+      ctx.why = CacheBypassLayout; // e.g. a fake mkldnn tensor (2.14+)
+      return false;
+    }
     const at::Tensor& t = THPVariable_Unpack(v);
     const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
     if (impl->layout() != at::kStrided || impl->is_quantized() || impl->is_nested() ||
@@ -422,6 +403,12 @@ bool encode(KeyCtx& ctx, PyObject* v, int depth) {
   }
   if (THPDevice_Check(v)) {
     const c10::Device& d = reinterpret_cast<THPDevice*>(v)->device;
+    if (!d.has_index() && !d.is_cpu() && !d.is_meta()) {
+      // "The current accelerator": which one depends on ambient state (stock
+      // 2.14+ pins it in its key, earlier releases do not); left to stock.
+      ctx.why = CacheBypassDeviceIndex;
+      return false;
+    }
     key.push_back(kDevice);
     key.push_back(device_code(d));
     return true;
@@ -799,7 +786,7 @@ bool seed_derived(const KeyCtx& ctx, c10::TensorImpl* impl, const SymShape& m) {
     if (d == kNumel) {
       c10::SymInt n;
       if (!make_symint(ctx, v, n)) return false;
-      (meta->*get(rob::SetNumel{}))(std::move(n));
+      compat::seed_numel(meta, std::move(n));
       continue;
     }
     c10::SymBool b;

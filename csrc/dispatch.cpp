@@ -96,6 +96,15 @@ PyObject* fast_dispatch_call(
       Py_DECREF(r);
       return nullptr;
     }
+    if (g_config.inject_device_fault > 0 && is_fake_exact(r) &&
+        instance_attr(r, g_py.s_fake_device) != nullptr) {
+      // Testing only: a served result whose device attribute holds a wrong device.
+      --g_config.inject_device_fault;
+      if (PyObject_SetAttr(r, g_py.s_fake_device, g_py.meta_device) < 0) {
+        Py_DECREF(r);
+        return nullptr;
+      }
+    }
     if (g_config.crosscheck && g_py.crosscheck_hook != nullptr) {
       bump(CrossChecked);
       PyObject* cargv[6] = {mode, func, types, args, kwargs ? kwargs : Py_None, r};

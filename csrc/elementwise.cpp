@@ -462,6 +462,14 @@ void clear_elementwise() {
   g_ops.clear();
 }
 
+void forget_signatures() {
+  for (auto& [k, spec] : g_ops) {
+    spec->sigs.clear();
+    spec->hits = 0;
+    spec->last_mismatch.clear();
+  }
+}
+
 bool is_elementwise_registered(PyObject* op) {
   return g_ops.count(op) != 0;
 }
@@ -585,7 +593,8 @@ PyObject* try_elementwise(
           if (impl->has_symbolic_sizes_strides()) {
             return fallback(EwFbSymbolic);
           }
-          if (impl->layout() != at::kStrided || impl->is_quantized() || impl->is_nested()) {
+          if (impl->layout() != at::kStrided || impl->is_quantized() || impl->is_nested() ||
+              has_own_dispatch_keys(v)) {
             return fallback(EwFbLayout);
           }
           if (impl->is_conj() || impl->is_neg()) {

@@ -1,4 +1,5 @@
 // Inspecting and building FakeTensor Python objects from C++.
+#include "compat.h"
 #include "fastfake.h"
 
 #include <ATen/EmptyTensor.h>
@@ -23,6 +24,14 @@ PyObject* instance_attr(PyObject* obj, PyObject* name) {
 PyObject* make_fake_tensor(PyObject* mode, at::Tensor elem, PyObject* device) {
   // Mirrors FakeTensor.__new__ -> Tensor._make_subclass(cls, elem, requires_grad,
   // dispatch_device=True, device_for_backend_keys=device) on a fresh meta tensor.
+  // The Python object is made first, while the tensor is still a plain meta
+  // tensor (on 2.9 it is made as a torch.Tensor and re-typed, and a custom-device
+  // tensor without its PyObject cannot be wrapped there); the keys it ends up
+  // with do not depend on the order.
+  PyObject* obj = compat::wrap_as(elem, g_py.fake_tensor_type);
+  if (obj == nullptr) {
+    return nullptr;
+  }
   c10::TensorImpl* impl = elem.unsafeGetTensorImpl();
   impl->set_allow_tensor_metadata_change(true);
   impl->set_python_custom_device(true);
@@ -39,10 +48,6 @@ PyObject* make_fake_tensor(PyObject* mode, at::Tensor elem, PyObject* device) {
     storage->set_warn_deprecated_on_mutable_data_ptr();
   }
 
-  PyObject* obj = THPVariable_Wrap(elem, g_py.fake_tensor_type);
-  if (obj == nullptr) {
-    return nullptr;
-  }
   PyObject* d = PyDict_Copy(g_py.fake_dict_template);
   if (d == nullptr || PyDict_SetItem(d, g_py.s_fake_device, device) < 0 ||
       PyDict_SetItem(d, g_py.s_fake_mode, mode) < 0 ||

@@ -6,6 +6,7 @@
 //   elementwise.cpp  the pointwise fast path (shape / stride / dtype / device)
 //   cache.cpp        the per-op result cache (static and symbolic shapes)
 //   keys.h           encoding Python values into integer keys (both of the above)
+//   compat.h         differences between torch releases (compile time)
 //   dispatch.cpp     the C-level FakeTensorMode.__torch_dispatch__ and device descriptor
 //   module.cpp       pybind11 bindings
 #pragma once
@@ -65,6 +66,7 @@ namespace fastfake {
   _(CacheBypassStock, "cache.bypass.stock_uncacheable")             \
   _(CacheBypassSymScalar, "cache.bypass.symbolic_scalar")           \
   _(CacheBypassSymOther, "cache.bypass.symbolic_other")             \
+  _(CacheBypassDeviceIndex, "cache.bypass.device_without_index")    \
   _(CacheSymHit, "cache.symbolic.hit")                              \
   _(CacheSymMiss, "cache.symbolic.miss")                            \
   _(CacheSymReject, "cache.symbolic.unlearnable")                   \
@@ -104,6 +106,8 @@ struct Config {
   bool cache_symbolic = true;
   // Testing only: corrupt the dtype of the next N fast results.
   int inject_fault = 0;
+  // Testing only: store a wrong device (meta) on the next N results served fast.
+  int inject_device_fault = 0;
 };
 extern Config g_config;
 
@@ -131,7 +135,8 @@ struct PyRefs {
   PyObject* s_cache_crosscheck_enabled = nullptr;
   // interned attribute names
   PyObject* s_fake_mode = nullptr;
-  PyObject* s_fake_device = nullptr; // "_fake_device"
+  PyObject* s_fake_device = nullptr; // the FakeTensor's device attribute (fastfake._compat)
+  PyObject* s_dispatch_keys = nullptr; // "dispatch_keys"
   PyObject* s_constant = nullptr;
   PyObject* s_in_kernel_invocation = nullptr;
   PyObject* s_propagate_real_tensors = nullptr;
@@ -164,6 +169,13 @@ extern PyRefs g_py;
 // Borrowed lookup of an attribute in an object's instance __dict__ (no descriptors);
 // nullptr if absent. Never sets a Python error.
 PyObject* instance_attr(PyObject* obj, PyObject* name);
+
+// Does the FakeTensor carry dispatch keys of its own (`FakeTensor.dispatch_keys`
+// not None: a fake mkldnn tensor on 2.14+, whose meta backing looks strided)?
+inline bool has_own_dispatch_keys(PyObject* t) {
+  PyObject* k = instance_attr(t, g_py.s_dispatch_keys);
+  return k != nullptr && k != Py_None;
+}
 
 // Is `obj` exactly a FakeTensor (not a subclass)?
 inline bool is_fake_exact(PyObject* obj) {
@@ -207,6 +219,8 @@ void register_elementwise(
     bool inplace,
     const std::vector<std::tuple<std::string, int, bool, PyObject*>>& args);
 void clear_elementwise();
+// Forget learned signatures, keep the registrations.
+void forget_signatures();
 bool is_elementwise_registered(PyObject* op);
 
 // Try the fast path. *handled: the call was dealt with here (the return value is

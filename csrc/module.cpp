@@ -1,4 +1,5 @@
 // pybind11 bindings of fastfake._C (documented in fastfake/_C.pyi).
+#include "compat.h"
 #include "fastfake.h"
 
 #include <pybind11/pybind11.h>
@@ -33,7 +34,7 @@ PYBIND11_MODULE(_C, m) {
   if (!init_types()) throw py::error_already_set();
 
   g_py.s_fake_mode = intern("fake_mode");
-  g_py.s_fake_device = intern("_fake_device");
+  g_py.s_dispatch_keys = intern("dispatch_keys");
   g_py.s_constant = intern("constant");
   g_py.s_in_kernel_invocation = intern("in_kernel_invocation");
   g_py.s_propagate_real_tensors = intern("propagate_real_tensors");
@@ -70,7 +71,9 @@ PYBIND11_MODULE(_C, m) {
          py::handle cache_learn_hook,
          py::handle op_overload_type,
          py::handle pre_dispatch_infra_modes,
-         py::handle prim_device_op) {
+         py::handle prim_device_op,
+         const std::string& fake_device_attr) {
+        Py_XSETREF(g_py.s_fake_device, intern(fake_device_attr.c_str()));
         PyObject* ftt = nullptr;
         set_ref(ftt, fake_tensor_type);
         Py_XSETREF(reinterpret_cast<PyObject*&>(g_py.fake_tensor_type), ftt);
@@ -88,6 +91,10 @@ PYBIND11_MODULE(_C, m) {
         set_ref(g_py.prim_device_op, prim_device_op);
       },
       "Bind the torch objects the extension works with.");
+  m.def(
+      "built_for",
+      []() { return std::string(compat::built_for()); },
+      "The torch release (major.minor.patch) the extension was compiled against.");
   m.def(
       "setup_symbolic",
       [](py::handle symnode_type,
@@ -149,8 +156,19 @@ PYBIND11_MODULE(_C, m) {
       "Build a synthesised symbolic output from sizes/strides/offset and a recipe.");
   m.def(
       "_inject_fault",
-      [](int n) { g_config.inject_fault = n; },
-      "Testing only: give the next n fast results a wrong dtype.");
+      [](int n, const std::string& kind) {
+        if (kind == "dtype") {
+          g_config.inject_fault = n;
+        } else if (kind == "device") {
+          g_config.inject_device_fault = n;
+        } else {
+          throw py::value_error("_inject_fault: kind is 'dtype' or 'device'");
+        }
+      },
+      py::arg("n"),
+      py::arg("kind") = "dtype",
+      "Testing only: give the next n fast results a wrong dtype, or store a wrong "
+      "device on the next n FakeTensors built.");
   m.def("get_config", []() {
     return py::make_tuple(
         g_config.elementwise,
@@ -188,6 +206,19 @@ PYBIND11_MODULE(_C, m) {
     return out;
   });
   m.def("reset_counters", &reset_stats);
+  m.def(
+      "set_counters",
+      [](const std::vector<uint64_t>& values) {
+        if (values.size() != static_cast<size_t>(kNumStats)) {
+          throw py::value_error("set_counters: one value per counter, in counters() order");
+        }
+        for (int i = 0; i < kNumStats; ++i) g_stats[i] = values[i];
+      },
+      "Set every counter (values in counters() order).");
+  m.def(
+      "forget_signatures",
+      &forget_signatures,
+      "Forget every learned elementwise signature (registrations stay).");
 
   m.def(
       "compare",

@@ -15,8 +15,14 @@ def setup(
     op_overload_type: type,
     pre_dispatch_infra_modes: list[Any],
     prim_device_op: Any,
+    fake_device_attr: str,
 ) -> None:
-    """Bind the torch objects the extension works with (called once by install())."""
+    """Bind the torch objects the extension works with (called once by install()).
+    ``fake_device_attr`` names the FakeTensor instance attribute holding its fake
+    device on this release (``fastfake._compat.fake_device_attr()``)."""
+
+def built_for() -> str:
+    """The torch release (``major.minor.patch``) the extension was compiled against."""
 
 def setup_symbolic(
     symnode_type: type,
@@ -81,8 +87,11 @@ def synth_build(
     """Build that FakeTensor from sizes / strides / offset (ints or SymInts, used as
     they are) and a recipe: fresh storage of the recorded size, or ``base``'s
     storage for a view; derived values seeded; no SymNode arithmetic."""
-def _inject_fault(n: int) -> None:
-    """Testing only: the next ``n`` fast elementwise results get a wrong dtype."""
+def _inject_fault(n: int, kind: str = "dtype") -> None:
+    """Testing only: ``kind="dtype"``: the next ``n`` fast elementwise results get a
+    wrong dtype; ``kind="device"``: the next ``n`` FakeTensors fastfake serves store
+    a wrong device (meta) in their device attribute (what a wrong internal on
+    another release gives)."""
 
 def register_elementwise(
     op: Any, name: str, inplace: bool, args: list[tuple[str, int, bool, bool, Any]]
@@ -102,6 +111,13 @@ def counters() -> list[tuple[str, int]]:
     """(dotted name, value) for every counter."""
 
 def reset_counters() -> None: ...
+def set_counters(values: list[int]) -> None:
+    """Set every counter; one value per counter, in :func:`counters` order (the
+    install-time self-test puts the counters back this way)."""
+
+def forget_signatures() -> None:
+    """Forget every learned elementwise signature (the registrations stay)."""
+
 def compare(a: Any, b: Any) -> str:
     """'' if two results are identical (type, layout, dtype, sizes, strides, storage
     offset, storage nbytes, fake device, fake mode, requires_grad, conj/neg,

@@ -16,12 +16,25 @@ try:
 except ImportError as e:  # pragma: no cover - exercised by hand
     raise ImportError(
         "fastfake's C++ extension (fastfake._C) is not built or does not match the "
-        "installed torch. Build it against torch==2.13.0 with\n"
+        "installed torch. Build it against the installed torch with\n"
         "    pip install --no-build-isolation .\n"
         "or, in a source checkout,\n"
         "    python setup.py build_ext --inplace\n"
         f"(original error: {e})"
     ) from e
+
+def _check_build() -> None:
+    built = _C.built_for().split(".")[:2]
+    running = torch.__version__.split("+")[0].split(".")[:2]
+    if built != running:
+        raise ImportError(
+            f"fastfake's C++ extension was built against torch {_C.built_for()}, but torch "
+            f"{torch.__version__} is installed; rebuild it against this torch "
+            "(pip install --no-build-isolation . , or python setup.py build_ext --inplace)"
+        )
+
+
+_check_build()
 
 from ._crosscheck import CrosscheckError
 from ._install import (
@@ -30,6 +43,7 @@ from ._install import (
     enabled,
     install,
     is_installed,
+    selftest_report,
     uninstall,
 )
 from ._stats import elementwise_report, reset_stats, stats
@@ -44,6 +58,7 @@ __all__ = [
     "install",
     "is_installed",
     "reset_stats",
+    "selftest_report",
     "stats",
     "uninstall",
 ]

@@ -25,7 +25,7 @@ from torch._subclasses._fake_tensor_utils import (
     _SymIntOutputStub,
 )
 
-from . import _C
+from . import _C, _compat
 
 # (expr, pytype, hint, constant, fx_node) -> id. Ids are never reused, so a SymNode
 # that memoised its id before a reset still names its own value.
@@ -109,9 +109,9 @@ def _memo_synth(original, self, state, entry, key, func, args):
         or m.is_conj
         or m.is_neg
         or m.is_quantized
-        or (func.is_view and info.view_idx is None)
+        or (func is not None and func.is_view and info.view_idx is None)
     ):
-        return original(self, state, entry, key, func, args)
+        return _compat.output_from_cache_entry(original, self, state, entry, key, func, args)
 
     def value(v):
         return v.extract(key, env) if isinstance(v, _SymIntOutputStub) else v
@@ -119,12 +119,13 @@ def _memo_synth(original, self, state, entry, key, func, args):
     shape = tuple(value(v) for v in m.shape)
     stride = tuple(value(v) for v in m.stride)
     offset = value(m.storage_offset)
-    base = args[info.view_idx] if func.is_view else None
+    is_view = info.view_idx is not None  # stock sets it for views only
+    base = args[info.view_idx] if is_view else None
     if base is not None and type(base) is not ft.FakeTensor:
-        return original(self, state, entry, key, func, args)
+        return _compat.output_from_cache_entry(original, self, state, entry, key, func, args)
     base_nbytes = base.untyped_storage().nbytes() if base is not None else None
     mkey = (
-        func.is_view,
+        is_view,
         m.dtype,
         m.device,
         tuple(_value_key(v) for v in shape),
@@ -139,7 +140,7 @@ def _memo_synth(original, self, state, entry, key, func, args):
     recipe = memo.get(mkey)
     if recipe is not None:
         return _C.synth_build(self, m.dtype, m.device, shape, stride, offset, base, recipe)
-    out = original(self, state, entry, key, func, args)
+    out = _compat.output_from_cache_entry(original, self, state, entry, key, func, args)
     if base is not None:
         after = base.untyped_storage().nbytes()
         if _value_key(after) != _value_key(base_nbytes) or (
@@ -154,23 +155,23 @@ def _memo_synth(original, self, state, entry, key, func, args):
     return out
 
 
+def _capturing_body(original, self, state, entry, key, func, args):
+    if _CAPTURES:
+        frame = _CAPTURES[-1]
+        # ``func`` is None on releases whose stock no longer passes it; the
+        # mode and the very args tuple of the call still identify the frame.
+        if frame[0] is self and (func is None or frame[1] is func) and frame[2] is args:
+            frame[4] = key
+            if len(entry.output_infos) == 1 and not entry.is_output_tuple:
+                out = _memo_synth(original, self, state, entry, key, func, args)
+                frame[3][id(entry.output_infos[0])] = out
+                return out
+    return _compat.output_from_cache_entry(original, self, state, entry, key, func, args)
+
+
 def capturing(original):
     """Wrap FakeTensorMode._output_from_cache_entry (installed by fastfake.install)."""
-
-    def _output_from_cache_entry(self, state, entry, key, func, args):
-        if _CAPTURES:
-            frame = _CAPTURES[-1]
-            if frame[0] is self and frame[1] is func and frame[2] is args:
-                frame[4] = key
-                if len(entry.output_infos) == 1 and not entry.is_output_tuple:
-                    out = _memo_synth(original, self, state, entry, key, func, args)
-                    frame[3][id(entry.output_infos[0])] = out
-                    return out
-        return original(self, state, entry, key, func, args)
-
-    _output_from_cache_entry.__wrapped__ = original
-    _output_from_cache_entry.__doc__ = original.__doc__
-    return _output_from_cache_entry
+    return _compat.wrap_output_from_cache_entry(original, _capturing_body)
 
 
 def _collect_symbols(items, symbols: set) -> None:
@@ -217,7 +218,9 @@ def _classify(func, info):
         return "output kind"
     if func.is_view and info.view_idx is None:
         return "view without base"
-    return ("tensor", info.view_idx if func.is_view else -1)
+    # A view iff stock's entry names the input it aliases: `func.is_view` ops on
+    # every release, and `_unsafe_view` too from 2.15 on (its hit shares storage).
+    return ("tensor", info.view_idx if info.view_idx is not None else -1)
 
 
 def _describe_static(func, entry):
@@ -259,7 +262,9 @@ def _describe_symbolic(mode, state, key, func, args, kwargs, entry, out, stock_h
             # What stock's next hit will build (stock built the same tensor while
             # validating its entry; not captured when its key came another way).
             single = ft._DispatchCacheValidEntry(output_infos=(info,), is_output_tuple=False)
-            synth = mode._output_from_cache_entry(state, single, key, func, args)
+            synth = _compat.output_from_cache_entry(
+                type(mode)._output_from_cache_entry, mode, state, single, key, func, args
+            )
         if type(synth) is not ft.FakeTensor:
             return "output kind"
         outputs.append(("tensor_sym", synth, c[1]))

@@ -10,12 +10,10 @@ from dataclasses import dataclass
 
 import torch
 
-from . import _C
+from . import _C, _compat, _selftest
+from ._compat import SUPPORTED_TORCH_VERSIONS
 
 log = logging.getLogger("fastfake")
-
-#: torch releases this version of fastfake was built and tested against.
-SUPPORTED_TORCH_VERSIONS = ("2.13.0",)
 
 # Upper bound on learned signatures per pointwise overload (see csrc/elementwise.cpp).
 MAX_SIGNATURES_PER_OP = 1024
@@ -32,7 +30,9 @@ class Options:
 
 
 class _State:
-    options: Options | None = None  # None: not installed
+    options: Options | None = None  # None: not installed; else what is in force
+    requested: Options | None = None  # what install() was last asked for
+    selftest: _selftest.Report | None = None  # once per process
     originals: dict[tuple[type, str], object] = {}
     setup_done = False
     registered = False
@@ -78,16 +78,16 @@ def _torch_internals():
 
 
 def _check_version() -> None:
-    base = torch.__version__.split("+")[0]
-    if base not in SUPPORTED_TORCH_VERSIONS and not _State.warned_version:
+    """A release not in SUPPORTED_TORCH_VERSIONS is said once; the self-test then
+    decides what runs there."""
+    if _compat.torch_release() not in SUPPORTED_TORCH_VERSIONS and not _State.warned_version:
         _State.warned_version = True
-        warnings.warn(
-            f"fastfake {__import__('fastfake').__version__} is tested with torch "
-            f"{', '.join(SUPPORTED_TORCH_VERSIONS)}, not {torch.__version__}; it installs "
-            "because the internals it needs exist, but run with crosscheck=True "
-            "(or FASTFAKE_CROSSCHECK=1) to verify results on your models.",
-            RuntimeWarning,
-            stacklevel=3,
+        log.warning(
+            "fastfake %s is tested with torch %s, not %s; the install-time self-test "
+            "decides which features run here (fastfake.selftest_report()).",
+            __import__("fastfake").__version__,
+            ", ".join(SUPPORTED_TORCH_VERSIONS),
+            torch.__version__,
         )
 
 
@@ -96,15 +96,6 @@ def _original(cls: type, name: str) -> object:
     if key not in _State.originals:
         _State.originals[key] = cls.__dict__[name]
     return _State.originals[key]
-
-
-def _export_leak_tracking() -> bool:
-    try:
-        import torch._export.config as cfg
-
-        return bool(cfg.detect_non_strict_fake_tensor_leaks)
-    except Exception:  # pragma: no cover
-        return True
 
 
 def _pre_dispatch_infra_modes() -> list | None:
@@ -129,27 +120,21 @@ def _setup() -> None:
     from ._cache import capture_begin, learn, still_valid, sym_vid
     from ._crosscheck import check
 
-    # A FakeTensor built by stock, whose __dict__ (keys and order) every fast
-    # output copies.
-    with ft.FakeTensorMode():
-        sample = torch.empty(1)
-    template = dict(sample.__dict__)
-    template["fake_mode"] = None
-    template["_fake_device"] = None
     _C.setup(
         ft.FakeTensor,
         ft.FakeTensorMode,
         _original(ft.FakeTensorMode, "__torch_dispatch__"),
         stats_mod.simple_call_counter,
         check,
-        template,
+        _compat.fake_dict_template(),
         torch.device("meta"),
         vars(torch.compiler),
-        _export_leak_tracking,
+        _compat.export_tracks_fake_tensor_leaks,
         learn,
         torch._ops.OpOverload,
         _pre_dispatch_infra_modes(),
         torch.ops.prim.device.default,
+        _compat.fake_device_attr(),
     )
     _C.setup_symbolic(SymNode, torch.SymInt, sym_vid, still_valid, capture_begin)
     _State.setup_done = True
@@ -190,16 +175,23 @@ def install(
         return
     crosscheck = crosscheck or _env_flag("FASTFAKE_CROSSCHECK")
     opts = Options(elementwise=elementwise, cache=cache, device=device, crosscheck=crosscheck)
-    if _State.options == opts:
+    if _State.requested == opts:
         return
     _check_version()
     ft, _ = _torch_internals()
-    _setup()
-    if opts.elementwise and not _State.registered:
-        from ._registry import register_all
+    # Setting up and self-testing run stock fake ops; stock's dispatch cache and
+    # its statistics are left as they were.
+    with _selftest.stock_state_preserved():
+        _setup()
+        if (opts.elementwise or _State.selftest is None) and not _State.registered:
+            from ._registry import register_all
 
-        register_all(_C)
-        _State.registered = True
+            register_all(_C)
+            _State.registered = True
+        if _State.selftest is None:
+            _State.selftest = _run_selftest(ft)
+    requested = opts
+    opts = _proven(opts, _State.selftest)
     if opts.elementwise and ft.FakeTensorConfig.debug:
         log.warning("fastfake: TORCH_FAKE_TENSOR_DEBUG is set; the elementwise path stays off")
         opts = Options(False, opts.cache, opts.device, opts.crosscheck)
@@ -210,8 +202,23 @@ def install(
         crosscheck=opts.crosscheck,
         max_signatures_per_op=MAX_SIGNATURES_PER_OP,
         cache_max_entries=CACHE_MAX_ENTRIES,
-        cache_symbolic=not _env_flag("FASTFAKE_NO_SYMBOLIC_CACHE"),
+        cache_symbolic=_symbolic_cache_allowed(_State.selftest),
     )
+    _apply(ft, opts)
+    _State.options = opts
+    _State.requested = requested
+
+
+def _symbolic_cache_allowed(report) -> bool:
+    return (
+        not _env_flag("FASTFAKE_NO_SYMBOLIC_CACHE")
+        and _compat.shape_env_counts_replacements()
+        and report.passed.get("cache_symbolic", False)
+    )
+
+
+def _apply(ft, opts: Options) -> None:
+    """Patch (or restore) the three stock attributes as ``opts`` asks."""
     _patch(
         ft.FakeTensorMode,
         "__torch_dispatch__",
@@ -229,7 +236,67 @@ def install(
         "device",
         _C.make_device_descriptor(_original(ft.FakeTensor, "device")) if opts.device else None,
     )
-    _State.options = opts
+
+
+def _run_selftest(ft) -> _selftest.Report:
+    """Run the self-test (once per process) with nothing of fastfake's installed
+    but the feature under test; warn about every feature it turns off."""
+
+    @contextlib.contextmanager
+    def only(feature: str):
+        _C.set_config(
+            elementwise=feature == "elementwise",
+            cache=feature in ("cache", "cache_symbolic"),
+            crosscheck=False,
+            max_signatures_per_op=MAX_SIGNATURES_PER_OP,
+            cache_max_entries=CACHE_MAX_ENTRIES,
+            cache_symbolic=feature == "cache_symbolic",
+        )
+        _apply(ft, Options(elementwise=True, cache=feature != "elementwise", device=True))
+        try:
+            yield
+        finally:
+            _apply(ft, Options(elementwise=False, cache=False, device=False))
+            _C.set_config(
+                elementwise=False,
+                cache=False,
+                crosscheck=False,
+                max_signatures_per_op=MAX_SIGNATURES_PER_OP,
+                cache_max_entries=CACHE_MAX_ENTRIES,
+            )
+
+    features = ["elementwise", "cache", "device"]
+    if _compat.shape_env_counts_replacements():
+        features.append("cache_symbolic")
+    report = _selftest.run(only, _original(ft.FakeTensor, "device"), features)
+    for feature, why in report.failures.items():
+        warnings.warn(
+            f"fastfake: the install-time self-test found a difference from stock on torch "
+            f"{torch.__version__} in '{feature}', which stays off: {why}",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+    log.info("fastfake self-test: %s in %.3f s", report.passed, report.seconds)
+    return report
+
+
+def _proven(opts: Options, report) -> Options:
+    """``opts`` less what the self-test turned off; raises if nothing asked for is left."""
+    ok = report.passed
+    proven = Options(
+        elementwise=opts.elementwise and ok.get("elementwise", False),
+        cache=opts.cache and ok.get("cache", False),
+        device=opts.device and ok.get("device", False),
+        crosscheck=opts.crosscheck,
+    )
+    asked = (opts.elementwise, opts.cache, opts.device)
+    if any(asked) and not any((proven.elementwise, proven.cache, proven.device)):
+        raise RuntimeError(
+            f"fastfake refuses to install on torch {torch.__version__}: its self-test found "
+            "results that differ from stock in every feature asked for: "
+            + "; ".join(f"{k}: {v}" for k, v in report.failures.items())
+        )
+    return proven
 
 
 def _patch(cls: type, name: str, replacement: object | None) -> None:
@@ -256,6 +323,7 @@ def uninstall() -> None:
             cache_max_entries=CACHE_MAX_ENTRIES,
         )
     _State.options = None
+    _State.requested = None
 
 
 def is_installed() -> bool:
@@ -274,7 +342,7 @@ def enabled(
     """``with fastfake.enabled(...):`` install for the block, then restore the
     previous state (installed with its options, or not installed), exceptions
     included."""
-    previous = _State.options
+    previous = _State.requested
     install(elementwise=elementwise, cache=cache, device=device, crosscheck=crosscheck)
     try:
         yield
@@ -287,6 +355,13 @@ def enabled(
 
 def current_options() -> Options | None:
     return _State.options
+
+
+def selftest_report() -> dict | None:
+    """What the install-time self-test found in this process (None before the first
+    ``install()``): per feature passed / failure message / results it served, the
+    torch release and the one the extension was built for, and its cost in seconds."""
+    return None if _State.selftest is None else _State.selftest.as_dict()
 
 
 def cache_clear() -> None:

@@ -12,8 +12,19 @@ def stats() -> dict[str, int]:
     C++, ``elementwise.admit`` first calls of a new signature (served by stock and
     used to verify the rules), ``elementwise.reject.*`` signatures that always go to
     stock, and ``elementwise.fallback.<reason>`` calls that went to stock and why.
+    After the first ``install()``, ``selftest.failed.<feature>`` is 1 for a feature
+    the install-time self-test turned off and ``selftest.idle.<feature>`` 1 for one
+    that passed without serving any of its programs itself.
     """
-    return {name: int(value) for name, value in _C.counters()}
+    out = {name: int(value) for name, value in _C.counters()}
+    from ._install import _State
+
+    report = _State.selftest
+    if report is not None:
+        for feature, ok in report.passed.items():
+            out[f"selftest.failed.{feature}"] = int(not ok)
+            out[f"selftest.idle.{feature}"] = int(ok and report.served.get(feature, 0) == 0)
+    return out
 
 
 def reset_stats() -> None:

@@ -19,8 +19,10 @@ def _fastfake_clean_state():
     fastfake.uninstall()
     fastfake.reset_stats()
     fastfake._C._inject_fault(0)
+    fastfake._C._inject_fault(0, "device")
     yield
     fastfake._C._inject_fault(0)
+    fastfake._C._inject_fault(0, "device")
     fastfake.uninstall()
     fastfake.reset_stats()
     assert not fastfake.is_installed()

@@ -1,0 +1,128 @@
+"""Every difference between the torch releases fastfake supports, named by what differs.
+
+Supported releases: torch 2.9 (the release torch_xla 2.9 needs), 2.13, 2.14, 2.15.
+Each difference is detected from the installed torch itself (an attribute, a
+signature, a stock-built object), not from a version number, so that a release
+fastfake does not know gets the behaviour its internals call for, and the
+install-time self-test (:mod:`fastfake._selftest`) then proves or refuses it.
+Compile-time differences of the C++ extension are in ``csrc/compat.h``.
+
+Nothing outside this module (and ``csrc/compat.h``) asks which torch it runs on.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+
+import torch
+
+#: The releases this tree is built and tested against (``scripts/matrix``).
+SUPPORTED_TORCH_VERSIONS = ("2.9.0", "2.13.0", "2.14.1", "2.15.0")
+
+
+def torch_release() -> str:
+    """``torch.__version__`` without its local part (``2.15.0+cu132`` -> ``2.15.0``)."""
+    return torch.__version__.split("+")[0]
+
+
+def _ft():
+    from torch._subclasses import fake_tensor as ft
+
+    return ft
+
+
+@functools.cache
+def fake_device_attr() -> str:
+    """The FakeTensor instance attribute holding its fake device: ``fake_device``
+    up to 2.9, ``_fake_device`` (behind a ``fake_device`` property) later. Read off
+    a FakeTensor stock builds on a device other than its meta backing."""
+    ft = _ft()
+    with ft.FakeTensorMode():
+        sample = torch.empty(1)
+    device = torch.device("cpu")
+    names = [k for k, v in vars(sample).items() if isinstance(v, torch.device) and v == device]
+    if len(names) != 1:
+        raise RuntimeError(
+            f"fastfake: cannot tell which FakeTensor attribute holds its device on torch "
+            f"{torch.__version__} (candidates: {names})"
+        )
+    return names[0]
+
+
+@functools.cache
+def cache_entry_rebuild_takes_func() -> bool:
+    """Whether ``FakeTensorMode._output_from_cache_entry`` takes the op: ``(self,
+    state, entry, key, func, args)`` up to 2.14, ``(self, state, entry, key, args)``
+    from 2.15 on (view-ness comes from the entry's ``view_idx`` there)."""
+    params = list(inspect.signature(_ft().FakeTensorMode._output_from_cache_entry).parameters)
+    if params == ["self", "state", "entry", "key", "func", "args"]:
+        return True
+    if params == ["self", "state", "entry", "key", "args"]:
+        return False
+    raise RuntimeError(
+        "fastfake: FakeTensorMode._output_from_cache_entry has an unknown signature "
+        f"{params} on torch {torch.__version__}"
+    )
+
+
+def output_from_cache_entry(original, mode, state, entry, key, func, args):
+    """Call stock's ``_output_from_cache_entry`` (``original``) on any release."""
+    if cache_entry_rebuild_takes_func():
+        return original(mode, state, entry, key, func, args)
+    return original(mode, state, entry, key, args)
+
+
+def wrap_output_from_cache_entry(original, body):
+    """A replacement for ``FakeTensorMode._output_from_cache_entry`` with stock's
+    own signature, calling ``body(original, self, state, entry, key, func, args)``
+    (``func`` is None on releases whose stock no longer passes it)."""
+    if cache_entry_rebuild_takes_func():
+
+        def _output_from_cache_entry(self, state, entry, key, func, args):
+            return body(original, self, state, entry, key, func, args)
+
+    else:
+
+        def _output_from_cache_entry(self, state, entry, key, args):
+            return body(original, self, state, entry, key, None, args)
+
+    _output_from_cache_entry.__wrapped__ = original
+    _output_from_cache_entry.__doc__ = original.__doc__
+    return _output_from_cache_entry
+
+
+@functools.cache
+def shape_env_counts_replacements() -> bool:
+    """Whether a ShapeEnv keeps ``_replacements_version_counter`` (2.10+). The
+    symbolic result cache re-checks its entries when it moves; without it there is
+    no cheap way to notice a new replacement, so the symbolic cache stays off
+    (``cache.bypass.symbolic_shape``)."""
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    return isinstance(getattr(ShapeEnv(), "_replacements_version_counter", None), int)
+
+
+def export_tracks_fake_tensor_leaks() -> bool:
+    """Whether non-strict ``torch.export`` tracks every FakeTensor created
+    (``torch._export.config.detect_non_strict_fake_tensor_leaks``, 2.10+; export
+    hooks ``FakeTensor.__init__`` then, so fastfake leaves such calls to stock).
+    Releases without the option have no such tracker."""
+    try:
+        import torch._export.config as cfg
+    except ImportError:
+        return False
+    if not hasattr(cfg, "detect_non_strict_fake_tensor_leaks"):
+        return False
+    return bool(cfg.detect_non_strict_fake_tensor_leaks)
+
+
+def fake_dict_template() -> dict:
+    """The ``__dict__`` of a stock-built FakeTensor (keys in stock's order), with
+    the per-tensor fields cleared; every FakeTensor fastfake builds copies it."""
+    ft = _ft()
+    with ft.FakeTensorMode():
+        sample = torch.empty(1)
+    template = dict(sample.__dict__)
+    template["fake_mode"] = None
+    template[fake_device_attr()] = None
+    return template

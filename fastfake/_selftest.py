@@ -1,0 +1,338 @@
+"""The install-time self-test: prove fastfake on the torch it was installed into.
+
+fastfake replaces private torch internals whose names and behaviour move between
+releases; a wrong guess there (say, the attribute a FakeTensor keeps its device
+in) gives silently wrong results rather than an error. So ``install()`` does not
+trust names: once per process it runs a handful of programs under stock
+``FakeTensorMode`` and again under each fastfake feature, and compares every
+field of every result -- sizes, strides, storage offset and size, dtype, device
+(the stored attribute and what ``.device`` answers), layout, requires_grad,
+conj/neg bits, dispatch keys, ``__dict__``, storage sharing with the inputs,
+which SymNodes are the inputs' own, and the ShapeEnv's guards, ranges,
+replacements and deferred runtime asserts.
+
+A feature whose programs differ in anything is turned off (``install()`` warns,
+naming the program and the field; ``stats()`` counts ``selftest.failed.<feature>``)
+and the others stay on; if nothing asked for survives, ``install()`` raises.
+Each feature must also have served at least one of its programs itself, so a
+fast path that silently stopped running is seen too (``selftest.idle.<feature>``).
+
+The programs leave nothing behind: fastfake's learned signatures, cache entries
+and counters, and stock's own dispatch-cache entries and counters are restored.
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import optree
+import torch
+
+from . import _C, _compat
+
+#: fastfake features and the counter that shows each one served a result.
+FEATURES = {
+    "elementwise": "elementwise.hit",
+    "cache": "cache.hit",
+    "cache_symbolic": "cache.symbolic.hit",
+    "device": "device.fast",
+}
+
+
+@dataclass
+class Report:
+    torch_version: str
+    built_for: str
+    passed: dict[str, bool] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)
+    served: dict[str, int] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def as_dict(self) -> dict:
+        return {
+            "torch_version": self.torch_version,
+            "built_for": self.built_for,
+            "passed": dict(self.passed),
+            "failures": dict(self.failures),
+            "served": dict(self.served),
+            "skipped": list(self.skipped),
+            "seconds": self.seconds,
+        }
+
+
+# ---------------------------------------------------------------------------
+# The programs. Each takes a FakeTensorMode (entered) and a device and returns
+# (name, inputs, outputs) triples; every op is called twice so that the second
+# call is served from what the first one taught fastfake.
+# ---------------------------------------------------------------------------
+
+Program = Callable[[object, str], list]
+
+
+def _elementwise_program(mode, dev: str) -> list:
+    a = torch.empty(4, 1, 3, device=dev)
+    b = torch.empty(5, 1, device=dev)
+    i = torch.empty(4, 3, dtype=torch.int32, device=dev)
+    s = torch.empty_strided((16, 1), (1, 1), dtype=torch.bfloat16, device=dev)
+    out = []
+    for _ in range(2):
+        out.append(("add broadcast", (a, b), a + b))
+        out.append(("mul python scalar", (a,), a * 2.5))
+        out.append(("int + float promotion", (i, a), i + a))
+        out.append(("where", (a, b), torch.where(a > 0, a, b)))
+        out.append(("size-1 strides", (s,), torch.lerp(s, torch.ones(1, dtype=torch.bfloat16, device=dev), 0.3)))
+        c = torch.empty(5, 3, device=dev)
+        out.append(("add_ in place", (c, b), c.add_(b)))
+    return out
+
+
+def _cache_program(mode, dev: str) -> list:
+    x = torch.empty(6, 8, device=dev)
+    w = torch.empty(8, 4, device=dev)
+    out = []
+    for _ in range(2):
+        out.append(("mm", (x, w), torch.mm(x, w)))
+        out.append(("view", (x,), x.view(12, 4)))
+        out.append(("_unsafe_view", (x,), torch.ops.aten._unsafe_view.default(x, [48])))
+        out.append(("transpose", (x,), x.t()))
+        out.append(("softmax", (x,), torch.softmax(x, -1)))
+        out.append(("layer_norm", (x,), torch.nn.functional.layer_norm(x, (8,))))
+        out.append(("sum", (x,), x.sum(0)))
+        out.append(("cat", (x,), torch.cat([x, x], 1)))
+        out.append(("add_ in place", (x,), x.add_(x)))
+    return out
+
+
+def _symbolic_program(mode, dev: str) -> list:
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
+
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    def sym(*shape):
+        ctx = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC] * len(shape))
+        with unset_fake_temporarily():  # the real tensor is made outside the fake mode
+            real = torch.empty(*shape, device=dev)
+        return mode.from_tensor(real, symbolic_context=ctx)
+
+    x = sym(6, 8)
+    w = sym(8, 4)
+    out = []
+    for _ in range(2):
+        out.append(("mm", (x, w), torch.mm(x, w)))
+        out.append(("transpose", (x,), x.t()))
+        out.append(("softmax", (x,), torch.softmax(x, -1)))
+        out.append(("add", (x,), x + x))
+        out.append(("sum", (x,), x.sum(0)))
+        out.append(("_unsafe_view", (x,), torch.ops.aten._unsafe_view.default(x, [x.shape[0] * x.shape[1]])))
+        out.append(("view", (x,), x.view(x.shape[0] * x.shape[1])))
+    return out
+
+
+# (feature, program, needs a ShapeEnv, devices it runs on)
+def _groups() -> list[tuple[str, Program, bool, tuple[str, ...]]]:
+    accel = ["cuda"]
+    if "torch_xla" in sys.modules:
+        accel.append("xla")
+    return [
+        ("elementwise", _elementwise_program, False, ("cpu", *accel)),
+        ("cache", _cache_program, False, ("cpu", *accel)),
+        ("cache_symbolic", _symbolic_program, True, ("cpu",)),
+    ]
+
+
+# ---------------------------------------------------------------------------
+# Describing results: every field, as plain comparable values.
+# ---------------------------------------------------------------------------
+
+
+class _Describer:
+    def __init__(self, mode, stock_device: property) -> None:
+        self.mode = mode
+        self.stock_device = stock_device
+
+    def _int_like(self, v, nodes: dict[int, int]):
+        if isinstance(v, torch.SymInt):
+            k = nodes.get(id(v.node))
+            if k is not None:
+                return ("input SymNode", k)
+            return ("new SymNode", str(v.node._expr), v.node._hint)
+        return v
+
+    def _tensor(self, t: torch.Tensor, inputs: tuple, nodes: dict[int, int]) -> dict:
+        def ints(x):
+            return [*x.shape, *x.stride(), x.storage_offset(), x.untyped_storage().nbytes()]
+
+        d = {
+            "type": type(t).__qualname__,
+            "sizes, strides, offset, nbytes": [self._int_like(v, nodes) for v in ints(t)],
+            "dtype": t.dtype,
+            "device (stock property)": self.stock_device.__get__(t, type(t)),
+            "device (as served)": t.device,
+            "layout": t.layout,
+            "requires_grad": t.requires_grad,
+            "conj/neg": (t.is_conj(), t.is_neg()),
+            "dispatch keys": str(torch._C._dispatch_keys(t)),
+            "__dict__": [
+                (k, "mode" if v is self.mode else repr(v)) for k, v in vars(t).items()
+            ],
+            "is input": [j for j, x in enumerate(inputs) if x is t],
+            "shares storage with input": [
+                j
+                for j, x in enumerate(inputs)
+                if isinstance(x, torch.Tensor)
+                and x.untyped_storage()._cdata == t.untyped_storage()._cdata
+            ],
+        }
+        return d
+
+    def describe(self, name: str, inputs: tuple, value) -> dict:
+        nodes: dict[int, int] = {}
+        for x in inputs:
+            if isinstance(x, torch.Tensor):
+                for v in (*x.shape, *x.stride(), x.storage_offset(), x.untyped_storage().nbytes()):
+                    if isinstance(v, torch.SymInt):
+                        nodes.setdefault(id(v.node), len(nodes))
+        leaves, spec = optree.tree_flatten(value, none_is_leaf=True)
+        return {
+            "structure": str(spec),
+            "outputs": [
+                self._tensor(v, inputs, nodes) if isinstance(v, torch.Tensor) else repr(v)
+                for v in leaves
+            ],
+        }
+
+
+def _shape_env_state(env) -> dict:
+    if env is None:
+        return {}
+    return {
+        "guards": [str(g.expr) for g in env.guards],
+        "var_to_range": {str(k): str(v) for k, v in env.var_to_range.items()},
+        "replacements": {str(k): str(v) for k, v in env.replacements.items()},
+        "deferred runtime asserts": {
+            str(k): [str(r.expr) for r in v] for k, v in env.deferred_runtime_asserts.items()
+        },
+    }
+
+
+def _run(program: Program, dev: str, symbolic: bool, stock_device: property):
+    """(per-call descriptions, ShapeEnv state) or the exception raised."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    mode = FakeTensorMode(shape_env=ShapeEnv() if symbolic else None)
+    try:
+        with mode:
+            calls = program(mode, dev)
+            d = _Describer(mode, stock_device)
+            described = [(name, d.describe(name, ins, val)) for name, ins, val in calls]
+    except Exception as e:  # noqa: BLE001 - compared with the other side
+        return e
+    return described, _shape_env_state(mode.shape_env)
+
+
+def _first_difference(stock, fast) -> tuple[str, str] | None:
+    """(field, message) of the first difference, None if identical."""
+    if isinstance(stock, Exception) or isinstance(fast, Exception):
+        if type(stock) is type(fast) and str(stock) == str(fast):
+            return None
+
+        def outcome(x) -> str:
+            return f"raised {x!r:.300}" if isinstance(x, Exception) else "returned results"
+
+        return "outcome", f"stock {outcome(stock)}; fastfake {outcome(fast)}"
+    (s_calls, s_env), (f_calls, f_env) = stock, fast
+    for (name, s), (_, f) in zip(s_calls, f_calls):
+        if s["structure"] != f["structure"]:
+            return "structure", f"{name}: stock {s['structure']}, fastfake {f['structure']}"
+        for j, (so, fo) in enumerate(zip(s["outputs"], f["outputs"])):
+            if so == fo:
+                continue
+            if not isinstance(so, dict) or not isinstance(fo, dict):
+                return "value", f"{name} output {j}: stock {so!r}, fastfake {fo!r}"
+            for k in so:
+                if so[k] != fo.get(k):
+                    return k, f"{name} output {j}: {k}: stock {so[k]!r}, fastfake {fo.get(k)!r}"
+    for k in s_env:
+        if s_env[k] != f_env.get(k):
+            return k, f"ShapeEnv {k}: stock {s_env[k]!r}, fastfake {f_env.get(k)!r}"
+    return None
+
+
+@contextlib.contextmanager
+def stock_state_preserved() -> Iterator[None]:
+    """Put stock's class-level dispatch cache and its counters back afterwards."""
+    from torch._subclasses.fake_tensor import FakeTensorMode as M
+
+    cache_keys = set(M.cache)
+    counters = {k: getattr(M, k) for k in ("cache_hits", "cache_misses")}
+    bypasses = dict(M.cache_bypasses)
+    try:
+        yield
+    finally:
+        for k in [k for k in M.cache if k not in cache_keys]:
+            del M.cache[k]
+        for k, v in counters.items():
+            setattr(M, k, v)
+        M.cache_bypasses.clear()
+        M.cache_bypasses.update(bypasses)
+
+
+def run(
+    fast: Callable[[str], contextlib.AbstractContextManager],
+    stock_device: property,
+    features: list[str],
+) -> Report:
+    """Run the programs of ``features`` under stock and under ``fast(feature)`` (a
+    context in which only that feature -- plus the device descriptor -- is
+    installed). The device descriptor is judged on every program's outputs."""
+    report = Report(torch_version=torch.__version__, built_for=_C.built_for())
+    t0 = time.perf_counter()
+    counters_before = [v for _, v in _C.counters()]
+    device_ok = True
+    device_msg = ""
+    device_served = 0
+    try:
+        with stock_state_preserved():
+            for feature, program, symbolic, devices in _groups():
+                if feature not in features:
+                    continue
+                ok, msg, served = True, "", 0
+                for dev in devices:
+                    stock = _run(program, dev, symbolic, stock_device)
+                    if isinstance(stock, Exception):
+                        report.skipped.append(f"{feature} on {dev}: stock raised {type(stock).__name__}")
+                        continue
+                    _C.reset_counters()
+                    with fast(feature):
+                        got = _run(program, dev, symbolic, stock_device)
+                    counts = dict(_C.counters())
+                    served += counts[FEATURES[feature]]
+                    device_served += counts[FEATURES["device"]]
+                    diff = _first_difference(stock, got)
+                    if diff is None:
+                        continue
+                    fld, text = diff
+                    if fld == "device (as served)":
+                        device_ok, device_msg = False, f"{feature} program on {dev}: {text}"
+                        continue
+                    ok, msg = False, f"program on {dev}: {text}"
+                    break
+                report.passed[feature] = ok
+                report.served[feature] = served
+                if not ok:
+                    report.failures[feature] = msg
+    finally:
+        _C.cache_clear()
+        _C.forget_signatures()
+        _C.set_counters(counters_before)
+    report.passed["device"] = device_ok
+    report.served["device"] = device_served
+    if not device_ok:
+        report.failures["device"] = device_msg
+    report.seconds = time.perf_counter() - t0
+    return report

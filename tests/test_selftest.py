@@ -1,0 +1,229 @@
+"""The install-time self-test (fastfake/_selftest.py): it passes and proves each
+feature ran on this release, leaves no state behind, and catches the faults a
+wrong internal on another release causes -- a wrong device attribute (what a hand
+port to torch 2.9 gave: silently wrong devices), a corrupted result, a fast path
+that raises -- by turning the feature off or refusing to install."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import fastfake
+from fastfake import _compat
+
+
+def _in_subprocess(code: str) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter (the self-test runs once per process)."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def test_passes_here_and_every_feature_served():
+    fastfake.install()
+    report = fastfake.selftest_report()
+    assert report is not None
+    assert report["failures"] == {}
+    expected = {"elementwise", "cache", "device"}
+    if _compat.shape_env_counts_replacements():
+        expected.add("cache_symbolic")
+    assert set(report["passed"]) == expected
+    assert all(report["passed"].values())
+    # Each feature served results itself, so the comparison proved something.
+    assert all(report["served"][f] > 0 for f in expected), report["served"]
+    assert report["built_for"].split(".")[:2] == torch.__version__.split("+")[0].split(".")[:2]
+    assert 0 < report["seconds"] < 30
+    stats = fastfake.stats()
+    assert not any(v for k, v in stats.items() if k.startswith("selftest.")), stats
+
+
+def test_leaves_no_state_behind():
+    """The self-test's programs leave neither fastfake's nor stock's caches or
+    counters changed (checked in a fresh process, where it runs)."""
+    r = _in_subprocess(
+        """
+        import torch
+        from torch._subclasses.fake_tensor import FakeTensorMode as M
+        import fastfake
+        with M():
+            x = torch.empty(3, 4)
+            torch.mm(x, x.t())
+        before = (dict(M.cache), M.cache_hits, M.cache_misses, dict(M.cache_bypasses))
+        fastfake.install()
+        after = (dict(M.cache), M.cache_hits, M.cache_misses, dict(M.cache_bypasses))
+        assert fastfake.selftest_report()["failures"] == {}
+        assert before == after, (len(before[0]), len(after[0]), before[1:], after[1:])
+        assert fastfake._C.cache_size() == 0
+        assert not any(v for v in fastfake.stats().values()), fastfake.stats()
+        report = fastfake.elementwise_report()
+        assert not any(r["admitted"] or r["rejected"] for r in report.values())
+        print("ok")
+        """
+    )
+    assert r.returncode == 0 and r.stdout.strip().endswith("ok"), r.stderr[-3000:]
+
+
+def test_wrong_device_is_caught():
+    """The fault a wrong internal gives on another release (a hand port to 2.9 built
+    outputs whose device attribute held the wrong device): FakeTensors stored with
+    a wrong device. The feature that built them is turned off, naming the field."""
+    r = _in_subprocess(
+        """
+        import warnings
+        import fastfake
+        fastfake._C._inject_fault(1, "device")  # the first FakeTensor fastfake serves
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            fastfake.install()
+        r = fastfake.selftest_report()
+        print("passed:", r["passed"])
+        print("warned:", [str(x.message) for x in w])
+        """
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = r.stdout
+    assert "'elementwise': False" in out and "'cache': True" in out, out
+    assert "device (stock property): stock device(type='cpu'), fastfake device(type='meta')" in out, out
+
+
+def test_unreadable_device_attribute_serves_nothing():
+    """If the extension is told a device attribute stock's FakeTensors do not
+    have, it finds no device on any input and serves nothing (every call goes to
+    stock); the self-test reports each feature idle instead of passing it silently."""
+    r = _in_subprocess(
+        """
+        import fastfake
+        from fastfake import _compat
+        _compat.fake_device_attr = lambda: "_fake_device_of_another_release"
+        fastfake.install()
+        r = fastfake.selftest_report()
+        s = fastfake.stats()
+        print("served:", r["served"])
+        print("idle:", sorted(k for k, v in s.items() if k.startswith("selftest.idle.") and v))
+        """
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = r.stdout
+    assert "'elementwise': 0" in out and "'cache': 0" in out, out
+    assert "selftest.idle.cache" in out and "selftest.idle.elementwise" in out, out
+
+
+def test_corrupted_result_turns_the_feature_off():
+    """A fast result with a wrong dtype (fault injection in C++): the feature that
+    produced it is turned off with the field named; the others stay on."""
+    r = _in_subprocess(
+        """
+        import warnings
+        import fastfake
+        fastfake._C._inject_fault(1)  # corrupt the dtype of the next fast result
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            fastfake.install()
+        r = fastfake.selftest_report()
+        print("passed:", r["passed"])
+        print("warned:", [str(x.message) for x in w])
+        s = fastfake.stats()
+        print("counted:", s["selftest.failed.elementwise"], s["selftest.failed.cache"])
+        from fastfake._install import current_options
+        print("options:", current_options())
+        """
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = r.stdout
+    assert "'elementwise': False" in out and "'cache': True" in out, out
+    assert "stays off" in out and "nbytes" in out, out  # a float64 result: 8-byte elements
+    assert "counted: 1 0" in out, out
+    assert "elementwise=False, cache=True, device=True" in out, out
+
+
+def test_raising_fast_path_refuses_install():
+    """If every feature asked for differs from stock, install() refuses with a
+    clear error naming what differed."""
+    r = _in_subprocess(
+        """
+        import fastfake
+        from fastfake import _selftest
+        real = _selftest._first_difference
+        _selftest._first_difference = lambda s, f: ("dtype", "forced difference")
+        try:
+            fastfake.install(device=False)
+        except RuntimeError as e:
+            print("refused:", e)
+        print("installed:", fastfake.is_installed())
+        """
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "refused: fastfake refuses to install on torch" in r.stdout, r.stdout
+    assert "forced difference" in r.stdout
+    assert "installed: False" in r.stdout
+
+
+def test_unknown_release_is_self_tested_not_trusted():
+    """A release not in SUPPORTED_TORCH_VERSIONS: a log line says the self-test
+    decides, and what it proved runs."""
+    r = _in_subprocess(
+        """
+        import logging
+        import fastfake
+        from fastfake import _compat, _install
+        logging.basicConfig(level=logging.WARNING)
+        _install.SUPPORTED_TORCH_VERSIONS = ("0.0.0",)
+        fastfake.install()
+        print("passed:", fastfake.selftest_report()["passed"])
+        """
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "the install-time self-test decides" in r.stderr, r.stderr[-2000:]
+    assert "'cache': True" in r.stdout
+
+
+def test_stock_counters_unchanged_in_process():
+    """In this process too: stock's cache statistics are what they were."""
+    fastfake.install()  # the self-test may already have run in this process
+    fastfake.uninstall()
+    before = (FakeTensorMode.cache_hits, FakeTensorMode.cache_misses)
+    fastfake.install()
+    assert (FakeTensorMode.cache_hits, FakeTensorMode.cache_misses) == before
+
+
+def test_build_mismatch_is_refused_clearly():
+    r = _in_subprocess(
+        """
+        import torch
+        torch.__version__ = "2.99.0"
+        try:
+            import fastfake
+        except ImportError as e:
+            print("refused:", e)
+        """
+    )
+    assert "refused: fastfake's C++ extension was built against torch" in r.stdout, (
+        r.stdout + r.stderr[-2000:]
+    )
+
+
+@pytest.mark.skipif("torch_xla" not in sys.modules and not _compat.torch_release().startswith("2.9"),
+                    reason="torch_xla is installed only beside torch 2.9")
+def test_xla_device_in_selftest():
+    r = _in_subprocess(
+        """
+        import os
+        os.environ.setdefault("PJRT_DEVICE", "CPU")
+        import torch_xla  # noqa: F401
+        import fastfake
+        fastfake.install()
+        r = fastfake.selftest_report()
+        print("passed:", r["passed"], "skipped:", r["skipped"])
+        """
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "xla" not in r.stdout.split("skipped:")[1], r.stdout
+    assert "False" not in r.stdout, r.stdout
