@@ -1,12 +1,14 @@
 """Build and install fastfake: `pip install --no-build-isolation .`
 
-The C++ extension is compiled against the torch that is already installed
-(torch==2.13.0), so the build must not be isolated from it.
+The C++ extension is compiled against the torch that is already installed (one
+of fastfake._compat.SUPPORTED_TORCH_VERSIONS), so the build must not be isolated
+from it, and the package requires exactly that torch release.
 """
 import glob
 import os
 
 from setuptools import find_packages, setup
+import torch
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
@@ -38,6 +40,7 @@ setup(
     ],
     cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
     python_requires=">=3.10",
-    install_requires=["torch==2.13.0", "optree", "numpy"],
+    # The extension is ABI-bound to the torch it was compiled against.
+    install_requires=[f"torch=={torch.__version__.split('+')[0]}", "optree", "numpy"],
     zip_safe=False,
 )

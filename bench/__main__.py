@@ -26,13 +26,22 @@ import fastfake
 
 from . import harness
 from .models import MODEL_NAMES, MODELS, SIZES, have_transformers
-from .workloads import DEFAULT_WORKLOADS, WORKLOAD_NAMES, WORKLOADS, diff_graphs
+from .workloads import DEFAULT_WORKLOADS, UNAVAILABLE_WORKLOADS, WORKLOAD_NAMES, WORKLOADS, diff_graphs
+
+# Extra timers some workloads report next to dynamo's (openxla: the XLA lowering,
+# which runs outside entire_frame_compile). Medians are reported per key.
+TIMING_KEYS = ("entire_frame_compile", "backend_compile", "xla_lowering", "xla_compile", "xla_compiles",
+               "xla_lowering_calls", "xla_lowering_in_compile")
 
 
 def _csv(value: str, allowed: tuple[str, ...], what: str) -> list[str]:
     if value in ("all", ""):
         return list(allowed)
     names = [v.strip() for v in value.split(",") if v.strip()]
+    unavailable = [n for n in names if n not in allowed and n in UNAVAILABLE_WORKLOADS]
+    if unavailable:
+        raise argparse.ArgumentTypeError("; ".join(f"workload {n} is unavailable here: {UNAVAILABLE_WORKLOADS[n]}"
+                                                   for n in unavailable))
     bad = [n for n in names if n not in allowed]
     if bad:
         raise argparse.ArgumentTypeError(f"unknown {what}: {', '.join(bad)} (available: {', '.join(allowed)})")
@@ -166,7 +175,7 @@ def run_cell(spec, model, inputs, wl, args, progress: Progress) -> dict:
         else:
             def share_run():
                 if not wl.warm:
-                    harness.fresh_state(cold_fastfake=False)
+                    harness.fresh_state(cold_fastfake=False, run=run)
                 import gc
                 gc.collect()
                 n = args.inner if wl.warm else 1
@@ -176,7 +185,7 @@ def run_cell(spec, model, inputs, wl, args, progress: Progress) -> dict:
                     for _ in range(n):
                         run()
                     wall = time.perf_counter() - t0
-                total = harness.trace_seconds(wall / n, harness.dynamo_times())
+                total = harness.trace_seconds(wall / n, harness.workload_times())
                 return total, timer.seconds / n, timer.calls // n
 
             try:
@@ -205,12 +214,23 @@ def run_cell(spec, model, inputs, wl, args, progress: Progress) -> dict:
             except Exception as e:
                 row["errors"][impl] = f"{type(e).__name__}: {str(e)[:500]}"
         if len(graphs) == 2:
-            d = diff_graphs(graphs["stock"], graphs["fastfake"])
+            # FX graphs (code + node metadata) and, for workloads that record real
+            # outputs (openxla: "xla_outputs"), the values, checked separately.
+            fx = {i: [g for g in gs if g.values is None] for i, gs in graphs.items()}
+            vals = {i: [g for g in gs if g.values is not None] for i, gs in graphs.items()}
+            d = diff_graphs(fx["stock"], fx["fastfake"])
             row["graphs_identical"] = not d
-            row["graph_labels"] = [g.label for g in graphs["stock"]]
+            row["graph_labels"] = [g.label for g in fx["stock"]]
             if d:
                 row["graph_diff"] = d
                 _log(f"GRAPH MISMATCH {name}:\n{d}")
+            if vals["stock"] or vals["fastfake"]:
+                dv = diff_graphs(vals["stock"], vals["fastfake"])
+                row["outputs_identical"] = not dv
+                row["outputs_checked"] = sum(len(g.values) for g in vals["stock"])
+                if dv:
+                    row["outputs_diff"] = dv
+                    _log(f"OUTPUT MISMATCH {name}:\n{dv}")
     harness.set_impl("stock")
 
     for impl in harness.IMPLS:
@@ -218,7 +238,7 @@ def run_cell(spec, model, inputs, wl, args, progress: Progress) -> dict:
         row[f"{impl}_median_s"] = _median([r["seconds"] for r in runs])
         row[f"{impl}_wall_median_s"] = _median([r["wall"] for r in runs])
         t = {}
-        for key in ("entire_frame_compile", "backend_compile"):
+        for key in TIMING_KEYS:
             vals = [r["timing"][key] for r in runs if key in r["timing"]]
             if vals:
                 t[key] = _median(vals)
@@ -228,6 +248,10 @@ def run_cell(spec, model, inputs, wl, args, progress: Progress) -> dict:
     row["speedup"] = s / f if s and f else None
     sw, fw = row["stock_wall_median_s"], row["fastfake_wall_median_s"]
     row["wall_speedup"] = sw / fw if sw and fw else None
+    sl, fl = (row[f"{i}_timing"].get("xla_lowering") for i in harness.IMPLS)
+    if sl is not None or fl is not None:
+        row["stock_lowering_median_s"], row["fastfake_lowering_median_s"] = sl, fl
+        row["lowering_ratio"] = sl / fl if sl and fl else None
     return row
 
 
@@ -246,7 +270,8 @@ def print_report(rows: list[dict], args) -> None:
             sp = "error"
         else:
             sp = _fmt(r.get("speedup"), ".2f") + ("x" if r.get("speedup") else "")
-        g = "-" if "graphs_identical" not in r else ("same" if r["graphs_identical"] else "DIFF")
+        g = "-" if "graphs_identical" not in r else (
+            "same" if r["graphs_identical"] and r.get("outputs_identical", True) else "DIFF")
         table.append((r["model"], r["workload"], _fmt(r.get("stock_median_s")), _fmt(r.get("fastfake_median_s")),
                       sp, "-" if share is None else f"{100 * share:.0f}%", _fmt(roof, ".2f") + ("x" if roof else ""),
                       _fmt(r.get("stock_wall_median_s")), _fmt(r.get("fastfake_wall_median_s")),
@@ -257,6 +282,28 @@ def print_report(rows: list[dict], args) -> None:
     print("-" * len(line))
     for t in table:
         print("  ".join(str(x).ljust(w) if i < 2 else str(x).rjust(w) for i, (x, w) in enumerate(zip(t, widths))))
+    low = [r for r in rows if "lowering_ratio" in r]
+    if low:
+        print()
+        print("XLA lowering (time inside torch_xla's extract_compiled_graph: FX graph run on lazy tensors + "
+              "XLA compile; not part of the trace times above)")
+        lhdr = ("model", "workload", "stock s", "fastfake s", "ratio", "stock xla compile s", "ff xla compile s",
+                "xla compiles stock/ff", "outputs")
+        ltable = []
+        for r in low:
+            st, ft = r.get("stock_timing") or {}, r.get("fastfake_timing") or {}
+            rr = r.get("lowering_ratio")
+            o = "-" if "outputs_identical" not in r else ("bitwise" if r["outputs_identical"] else "DIFF")
+            ltable.append((r["model"], r["workload"], _fmt(r.get("stock_lowering_median_s")),
+                           _fmt(r.get("fastfake_lowering_median_s")), _fmt(rr, ".2f") + ("x" if rr else ""),
+                           _fmt(st.get("xla_compile")), _fmt(ft.get("xla_compile")),
+                           f"{_fmt(st.get('xla_compiles'), '.0f')}/{_fmt(ft.get('xla_compiles'), '.0f')}", o))
+        lw = [max(len(str(x)) for x in col) for col in zip(lhdr, *ltable)]
+        line = "  ".join(h.ljust(w) if i < 2 else h.rjust(w) for i, (h, w) in enumerate(zip(lhdr, lw)))
+        print(line)
+        print("-" * len(line))
+        for t in ltable:
+            print("  ".join(str(x).ljust(w) if i < 2 else str(x).rjust(w) for i, (x, w) in enumerate(zip(t, lw))))
     print()
     for r in rows:
         print(f"== {r['model']} {r['workload']}")
@@ -267,7 +314,9 @@ def print_report(rows: list[dict], args) -> None:
             t = r.get(f"{impl}_timing") or {}
             efc = t.get("entire_frame_compile", med)
             bc = t.get("backend_compile", 0.0)
-            print(f"  {impl:8s} TIMING: entire_frame_compile:{efc:.4f} backend_compile:{bc:.4f}")
+            extra = "".join(f" {k}:{t[k]:.4f}" if k != "xla_compiles" and k != "xla_lowering_calls"
+                            else f" {k}:{t[k]:.0f}" for k in TIMING_KEYS[2:] if k in t)
+            print(f"  {impl:8s} TIMING: entire_frame_compile:{efc:.4f} backend_compile:{bc:.4f}{extra}")
             print(f"  {impl:8s} {harness.stats_line(r.get(f'{impl}_stats') or {})}")
         ds = r.get("dispatch_share")
         if ds:
@@ -278,6 +327,12 @@ def print_report(rows: list[dict], args) -> None:
             print(f"  ERROR [{k}]: {v.splitlines()[0][:300] if v else v}")
         if r.get("graph_diff"):
             print("  GRAPH DIFF:\n    " + r["graph_diff"].replace("\n", "\n    "))
+        if "outputs_identical" in r:
+            if r.get("graphs_identical"):
+                print(f"  graphs: identical ({', '.join(r.get('graph_labels') or [])})")
+            print(f"  outputs: {r['outputs_checked']} tensors copied to the CPU, "
+                  + ("bitwise identical (torch.equal, dtype, shape, SHA-256 of the bytes)" if r["outputs_identical"]
+                     else "DIFFER: " + r.get("outputs_diff", "")))
     print()
     print("Times are medians. 'stock s' / 'fastfake s' are trace times: dynamo's entire_frame_compile for "
           "compile_* workloads, the wall time otherwise; 'wall' columns are the wall time of the whole "
@@ -288,6 +343,12 @@ def print_report(rows: list[dict], args) -> None:
           "(_compile.compile_inner / OutputGraph.call_user_compiler) for compile_* workloads; for the "
           "others entire_frame_compile is the wall time of the trace and backend_compile is 0. "
           "STATS are from the last repetition (one call for warm workloads).")
+    if low:
+        print("compile_openxla*: the trace time is entire_frame_compile (Dynamo + AOTAutograd on fake XLA "
+              "tensors); xla_lowering is the time inside torch_xla's extract_compiled_graph (called lazily at "
+              "the first call of the compiled graph, and at the first backward), xla_compile the XLA compile "
+              "time within it (torch_xla's CompileTime metric), xla_compiles the number of uncached XLA "
+              "compiles; torch_xla's computation cache is emptied before every repetition.")
 
 
 def plot(rows: list[dict], path: str) -> None:
@@ -324,6 +385,8 @@ def main(argv=None) -> int:
             print(f"model    {n:18s} [{MODELS[n].backend()}] {MODELS[n].description}")
         for n in WORKLOAD_NAMES:
             print(f"workload {n:18s} {WORKLOADS[n].doc}")
+        for n, why in UNAVAILABLE_WORKLOADS.items():
+            print(f"workload {n:18s} (unavailable: {why})")
         return 0
     warnings.filterwarnings("ignore", message=".*doesn't take boxed arguments.*")
     try:
@@ -376,11 +439,11 @@ def main(argv=None) -> int:
         plot(rows, args.plot)
 
     rc = 0
-    bad_graphs = [r for r in rows if r.get("graphs_identical") is False]
+    bad_graphs = [r for r in rows if r.get("graphs_identical") is False or r.get("outputs_identical") is False]
     fast_only = [r for r in rows if "fastfake" in r["errors"] and "stock" not in r["errors"]]
     both = [r for r in rows if "stock" in r["errors"] or "setup" in r["errors"]]
     if bad_graphs:
-        _log(f"FAIL: FX graphs differ with fastfake for: {', '.join(r['model'] + ' ' + r['workload'] for r in bad_graphs)}")
+        _log(f"FAIL: FX graphs or outputs differ with fastfake for: {', '.join(r['model'] + ' ' + r['workload'] for r in bad_graphs)}")
         rc = 1
     if fast_only:
         _log(f"FAIL: fastfake raised where stock did not: {', '.join(r['model'] + ' ' + r['workload'] for r in fast_only)}")

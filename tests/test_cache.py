@@ -718,3 +718,29 @@ def test_crosscheck_with_cache_compile_aot_eager():
     assert s["crosscheck.checked"] > 0 and s["cache.hit"] > 0, s
     assert s["crosscheck.mismatch"] == 0, s
     assert fast == stock
+
+
+def test_unsafe_view_shares_storage_as_stock_does_on_every_call():
+    """``_unsafe_view`` three times in one mode: whether each output shares its
+    input's storage is what stock does on that call (stock 2.15 caches it as a
+    view -- its hits share storage -- earlier releases bypass it), and fastfake
+    serves it only where stock's entry says how."""
+
+    def fn(*xs):
+        out = []
+        for x in xs:
+            y = aten._unsafe_view.default(x, [x.numel()])
+            out.append((y, y.untyped_storage()._cdata == x.untyped_storage()._cdata))
+        return out
+
+    def make_inputs(mode):
+        return tuple(torch.empty(3, 4) for _ in range(3))
+
+    both = _check(fn, make_inputs)
+    ref = [shares for _, shares in both.stock[0].value]
+    for outcome in both.fast:
+        assert [shares for _, shares in outcome.value] == ref, (ref, outcome.value)
+    # fastfake served the repeats itself (else the comparison proves nothing) ...
+    assert both.fast[1].stats["cache.hit"] >= 3, parity.counters_with_prefix(both.fast[1].stats, "cache.")
+    # ... and the install-time self-test, which runs _unsafe_view too, passed.
+    assert fastfake.selftest_report()["passed"]["cache"]

@@ -1,0 +1,106 @@
+"""torch_xla's ``openxla`` dynamo backend with and without fastfake, on the ``small``
+zoo models: the FX graphs Dynamo produces and AOTAutograd hands to torch_xla's
+bridge are identical, the XLA outputs (and, for training, the parameter gradients)
+are bitwise identical, and fastfake really served fake-tensor calls.
+
+Skipped unless torch_xla is installed for this torch version (torch_xla 2.9.0 runs
+only on torch 2.9.0); runs on PJRT's CPU client (``PJRT_DEVICE=CPU`` unless set).
+"""
+from __future__ import annotations
+
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from bench import workloads  # noqa: E402
+
+_ok, _why = workloads.have_torch_xla()
+if not _ok:
+    pytest.skip(f"torch_xla unavailable: {_why}", allow_module_level=True)
+os.environ.setdefault("PJRT_DEVICE", "CPU")
+pytest.importorskip("torch_xla")
+
+import fastfake  # noqa: E402
+from bench import harness  # noqa: E402
+from bench.models import MODELS  # noqa: E402
+
+_cache: dict[str, tuple] = {}
+
+
+def _model(name):
+    if name not in _cache:
+        _cache[name] = MODELS[name].create("small")
+    return _cache[name]
+
+
+@pytest.fixture(autouse=True)
+def _restore():
+    yield
+    fastfake.uninstall()
+    torch._dynamo.reset()
+
+
+def _capture(model, workload, impl):
+    """One openxla compile + call from a fresh state (torch_xla's computation cache
+    emptied); returns its records and the XLA lowering counters of that run."""
+    workloads.reset_backend_times()
+    graphs = harness.capture_graphs(model, workload, impl, size="small", model_and_inputs=_model(model))
+    return graphs, workloads.backend_times()
+
+
+@pytest.mark.parametrize(
+    "model,workload",
+    [("bert", "compile_openxla"), ("resnet", "compile_openxla"), ("bert", "compile_openxla_train")],
+)
+def test_openxla_graphs_and_outputs_identical(model, workload):
+    stock, stock_times = _capture(model, workload, "stock")
+    fastfake.reset_stats()
+    fast, fast_times = _capture(model, workload, "fastfake")
+    stats = fastfake.stats()
+
+    labels = [g.label for g in stock]
+    assert "dynamo[0]" in labels and "bridge[0]" in labels and labels[-1] == "xla_outputs", labels
+    if workload == "compile_openxla_train":
+        assert "bridge[1]" in labels, labels  # the backward graph went through the bridge too
+    assert labels == [g.label for g in fast]
+
+    # FX graphs: code and per-node metadata (shape, stride, dtype, device, ...)
+    assert workloads.diff_graphs(stock, fast) == ""
+    bridge = [g for g in stock if g.label.startswith("bridge")]
+    assert all(any(val is not None for (_, _, _, val) in g.meta) for g in bridge)
+    assert any("xla" in str(val) for g in bridge for (_, _, _, val) in g.meta), "graphs are not on the XLA device"
+
+    # XLA outputs: copied to the CPU, bitwise identical
+    vs, vf = stock[-1].values, fast[-1].values
+    assert vs and len(vs) == len(vf)
+    for a, b in zip(vs, vf):
+        assert a.device.type == "cpu" and a.dtype == b.dtype and a.shape == b.shape
+        assert torch.equal(a, b)
+        assert a.reshape(-1).view(torch.uint8).equal(b.reshape(-1).view(torch.uint8))
+
+    # both runs lowered and compiled from scratch (not torch_xla's cached executable)
+    for t in (stock_times, fast_times):
+        assert t["xla_lowering_calls"] >= 1 and t["xla_compiles"] >= 1, t
+
+    # fastfake served fake-tensor calls on the XLA-device FakeTensors
+    assert stats["elementwise.hit"] + stats["cache.hit"] > 0, stats
+
+
+def test_openxla_timing_separates_lowering():
+    """One timed repetition per implementation: the trace time (entire_frame_compile)
+    and the XLA lowering are reported separately; the lowering runs outside the trace."""
+    spec = MODELS["bert"]
+    model, inputs = _model("bert")
+    harness.set_impl("stock")
+    run = workloads.get("compile_openxla")(model, inputs, spec=spec, size="small")
+    for impl in harness.IMPLS:
+        harness.set_impl(impl)
+        res = harness.timed_run(run, warm=False)
+        t = res.timing
+        assert t["xla_lowering"] > 0 and t["xla_compiles"] >= 1, t
+        assert t.get("xla_lowering_in_compile", 0.0) == 0.0, t
+        assert res.seconds == pytest.approx(t["entire_frame_compile"])
+        assert res.seconds + t["xla_lowering"] <= res.wall
+    harness.set_impl("stock")
