@@ -257,13 +257,7 @@ def _run_selftest(ft) -> _selftest.Report:
             yield
         finally:
             _apply(ft, Options(elementwise=False, cache=False, device=False))
-            _C.set_config(
-                elementwise=False,
-                cache=False,
-                crosscheck=False,
-                max_signatures_per_op=MAX_SIGNATURES_PER_OP,
-                cache_max_entries=CACHE_MAX_ENTRIES,
-            )
+            _configure_off()
 
     features = ["elementwise", "cache", "device"]
     if _compat.shape_env_counts_replacements():
@@ -309,19 +303,24 @@ def _patch(cls: type, name: str, replacement: object | None) -> None:
         setattr(cls, name, replacement)
 
 
+def _configure_off() -> None:
+    """Every fast path off in C++ (bounds kept)."""
+    _C.set_config(
+        elementwise=False,
+        cache=False,
+        crosscheck=False,
+        max_signatures_per_op=MAX_SIGNATURES_PER_OP,
+        cache_max_entries=CACHE_MAX_ENTRIES,
+    )
+
+
 def uninstall() -> None:
     """Restore every patched attribute to the identical original object."""
     for (cls, name), original in _State.originals.items():
         if cls.__dict__.get(name) is not original:
             setattr(cls, name, original)
     if _State.setup_done:
-        _C.set_config(
-            elementwise=False,
-            cache=False,
-            crosscheck=False,
-            max_signatures_per_op=MAX_SIGNATURES_PER_OP,
-            cache_max_entries=CACHE_MAX_ENTRIES,
-        )
+        _configure_off()
     _State.options = None
     _State.requested = None
 
