@@ -8,6 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import fastfake  # noqa: E402
+from fastfake import _compat  # noqa: E402
 from bench import harness  # noqa: E402
 from bench.models import MODELS  # noqa: E402
 
@@ -93,4 +94,7 @@ def test_crosscheck_on_models(model, workload, monkeypatch):
 
     assert diff_graphs(stock, fast) == ""
     assert stats["crosscheck.checked"] > 0 and stats["crosscheck.mismatch"] == 0, stats
-    assert stats["cache.symbolic.hit"] > 0, stats
+    if _compat.shape_env_counts_replacements():
+        assert stats["cache.symbolic.hit"] > 0, stats
+    else:  # torch 2.9: the symbolic cache is off; those calls go to stock, counted
+        assert stats["cache.symbolic.hit"] == 0 and stats["cache.bypass.symbolic_shape"] > 0, stats

@@ -15,18 +15,30 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from bench import workloads  # noqa: E402
+from bench import openxla as xla  # noqa: E402
 
+# Decided without importing torch_xla: its import sets torch config flags, which must
+# not happen at collection time for the rest of the suite (the workloads import it
+# when first used and keep those flags to the openxla runs).
 _ok, _why = workloads.have_torch_xla()
-if not _ok:
-    pytest.skip(f"torch_xla unavailable: {_why}", allow_module_level=True)
-os.environ.setdefault("PJRT_DEVICE", "CPU")
-pytest.importorskip("torch_xla")
+pytestmark = pytest.mark.skipif(not _ok, reason=f"torch_xla unavailable: {_why}")
 
 import fastfake  # noqa: E402
 from bench import harness  # noqa: E402
 from bench.models import MODELS  # noqa: E402
 
 _cache: dict[str, tuple] = {}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _torch_xla():
+    """Import torch_xla (PJRT_DEVICE=CPU unless set) and warm it up; skip the module
+    if the import fails."""
+    os.environ.setdefault("PJRT_DEVICE", "CPU")
+    try:
+        workloads.setup_torch_xla()
+    except ImportError as e:
+        pytest.skip(f"torch_xla not importable: {e}")
 
 
 def _model(name):
@@ -104,3 +116,16 @@ def test_openxla_timing_separates_lowering():
         assert res.seconds == pytest.approx(t["entire_frame_compile"])
         assert res.seconds + t["xla_lowering"] <= res.wall
     harness.set_impl("stock")
+
+
+def test_torch_xla_config_flags_stay_with_openxla_runs():
+    """The torch config flags torch_xla's import sets (e.g. dynamo's
+    automatic_dynamic_shapes=False) apply inside the openxla runs only."""
+    import importlib
+
+    for name, changed in xla._XlaState.config.items():
+        mod = importlib.import_module(name)
+        for k, v in changed.items():
+            assert getattr(mod, k) != v, (name, k)
+        with xla._xla_config():
+            assert all(getattr(mod, k) == v for k, v in changed.items())
