@@ -84,6 +84,8 @@ def test_graphs_identical(model, workload):
 def test_crosscheck_on_models(model, workload, monkeypatch):
     """Every fast result of a whole model trace recomputed by stock: no mismatch
     (one would raise fastfake.CrosscheckError), and the graphs are still stock's."""
+    if workload == "make_fx_symbolic" and not _compat.shape_env_counts_replacements():
+        pytest.skip("every call is symbolic and the symbolic cache is off on this release")
     mi = _model(model)
     stock = harness.capture_graphs(model, workload, "stock", size="small", model_and_inputs=mi)
     monkeypatch.setenv("FASTFAKE_CROSSCHECK", "1")

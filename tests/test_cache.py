@@ -396,6 +396,11 @@ def test_default_device_meta():
             out += [torch.empty(3), torch.empty(3), torch.mm(a, a)]
         finally:
             torch.set_default_device(None)
+            # torch 2.9 leaves a None device context behind, on which its
+            # get_default_device() fails (later tests build models): drop it.
+            ctx = torch._GLOBAL_DEVICE_CONTEXT
+            if getattr(ctx, "device_context", 1) is None:
+                del ctx.device_context
         out += [torch.empty(3)]
         trace.step("all")
         return out
@@ -426,6 +431,7 @@ def test_proxy_tracing_make_fx():
 # ---------------------------------------------------------------------------
 
 
+@parity.requires_symbolic_cache
 def test_symbolic_shapes_cached_per_shape_env():
     trace = Trace()
 
@@ -522,6 +528,7 @@ def test_bypass_other_fake_mode():
 # ---------------------------------------------------------------------------
 
 
+@parity.requires_symbolic_cache
 def test_nonzero_negative_entry_with_shape_env():
     trace = Trace()
 

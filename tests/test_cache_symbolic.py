@@ -24,6 +24,8 @@ from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, Stateles
 import fastfake
 import parity
 
+pytestmark = parity.requires_symbolic_cache
+
 
 def _mode():
     return FakeTensorMode(shape_env=ShapeEnv())

@@ -26,6 +26,8 @@ from torch.utils._python_dispatch import _disable_current_modes
 
 import fastfake
 import parity
+
+pytestmark = parity.requires_symbolic_cache
 from test_elementwise_opinfo import _op_id
 
 SAMPLES = 2

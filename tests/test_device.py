@@ -7,6 +7,7 @@ import torch._functorch.config as functorch_config
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, in_kernel_invocation_manager
 
 import fastfake
+from fastfake import _compat
 
 DEVICE_DESCR_TYPE = "fastfake._C.DeviceDescriptor"
 
@@ -170,7 +171,8 @@ def test_missing_fake_mode_falls_back_to_stock(mode):
 def test_missing_fake_device_falls_back_to_stock(mode):
     with mode:
         t = torch.empty(2)
-    saved = t.__dict__.pop("_fake_device")
+    attr = _compat.fake_device_attr()
+    saved = t.__dict__.pop(attr)
     try:
         stock = _read(t)
         assert stock[1] is AttributeError
@@ -182,7 +184,7 @@ def test_missing_fake_device_falls_back_to_stock(mode):
         with in_kernel_invocation_manager(mode):
             assert t.device == torch.device("meta")
     finally:
-        t.__dict__["_fake_device"] = saved
+        t.__dict__[attr] = saved
 
 
 def test_non_bool_in_kernel_invocation_falls_back_to_stock(mode):

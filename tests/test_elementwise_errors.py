@@ -10,6 +10,7 @@ import pytest
 import torch
 
 import parity
+from fastfake import _compat
 
 
 def E(*shape, dtype=torch.float32, device="cpu"):
@@ -110,6 +111,8 @@ def test_same_error(name):
         assert both.stock[0].ok, f"{name}: stock now raises {both.stock[0].error()}; move it to the error cases"
         assert all(f.ok for f in both.fast)
     else:
+        if both.stock[0].ok and _compat.torch_release() != parity.PRIMARY_RELEASE:
+            pytest.skip(f"stock torch {_compat.torch_release()} does not raise for {name}")
         assert not both.stock[0].ok, f"{name}: stock did not raise, the case is not an error case"
         assert all(not f.ok for f in both.fast)
 

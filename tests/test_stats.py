@@ -9,6 +9,7 @@ from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, Stateles
 from torch.utils._stats import simple_call_counter
 
 import fastfake
+import parity
 
 STOCK_KEY = "FakeTensorMode.__torch_dispatch__"
 
@@ -69,6 +70,7 @@ def test_admission_then_fast_hit():
     assert (r1.shape, r1.stride(), r1.dtype) == (r2.shape, r2.stride(), r2.dtype)
 
 
+@parity.requires_symbolic_cache
 def test_symbolic_shape_elementwise_falls_back_then_symbolic_cache():
     fastfake.install()
     mode = FakeTensorMode(shape_env=ShapeEnv())
