@@ -1215,6 +1215,7 @@ PyObject* try_cache(
     if (r != nullptr) {
       *served = true;
       bump(CacheHit);
+      stock_count_hit();
       if (ctx.symbolic) bump(CacheSymHit);
     }
     return r;

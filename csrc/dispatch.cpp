@@ -105,7 +105,11 @@ PyObject* fast_dispatch_call(
         return nullptr;
       }
     }
-    if (g_config.crosscheck && g_py.crosscheck_hook != nullptr) {
+    // fastfake's crosscheck, or stock's own (torch._dynamo.config.
+    // fake_tensor_cache_crosscheck_enabled, read by the mode at construction).
+    PyObject* stock_xcheck = instance_attr(mode, g_py.s_cache_crosscheck_enabled);
+    if ((g_config.crosscheck || (stock_xcheck != nullptr && stock_xcheck != Py_False)) &&
+        g_py.crosscheck_hook != nullptr) {
       bump(CrossChecked);
       PyObject* cargv[6] = {mode, func, types, args, kwargs ? kwargs : Py_None, r};
       PyObject* ok = PyObject_Vectorcall(g_py.crosscheck_hook, cargv, 6, nullptr);

@@ -27,6 +27,7 @@
 #include <ATen/ExpandUtils.h>
 #include <c10/core/Contiguity.h>
 #include <c10/core/DefaultDtype.h>
+#include <c10/core/InferenceMode.h>
 #include <torch/csrc/Device.h>
 #include <torch/csrc/DynamicTypes.h>
 #include <torch/csrc/autograd/python_variable.h>
@@ -417,6 +418,32 @@ const c10::Device& dev_of(PyObject* device) {
   return reinterpret_cast<THPDevice*>(device)->device;
 }
 
+// What stock's dispatch-cache key would tell apart for this call (the signature
+// plus every operand's exact metadata), as a 64-bit hash: only to count the call
+// as the hit or miss stock's cache would report (stock_counts.cpp).
+uint64_t call_hash(const Key& sig, const std::vector<Operand>& ops) {
+  uint64_t h = KeyHash{}(sig);
+  auto mix = [&h](int64_t x) {
+    h ^= static_cast<uint64_t>(x) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  };
+  mix(c10::InferenceMode::is_enabled());
+  for (const Operand& o : ops) {
+    if (o.t == nullptr) {
+      mix(-7);
+      continue;
+    }
+    const auto* impl = o.t->unsafeGetTensorImpl();
+    mix(static_cast<int64_t>(impl->dim()));
+    for (int64_t v : impl->sizes()) mix(v);
+    for (int64_t v : impl->strides()) mix(v);
+    mix(impl->storage_offset());
+    mix(static_cast<int64_t>(impl->storage().nbytes()));
+    mix(o.t->requires_grad());
+    mix(o.t->is_inference());
+  }
+  return h;
+}
+
 } // namespace
 
 void register_elementwise(
@@ -790,6 +817,7 @@ PyObject* try_elementwise(
         if (stock == nullptr) {
           return nullptr;
         }
+        stock_count_seen(call_hash(sig, ops));
         narrow_rules(spec, e, mode, ops, shape, common, stock);
         return stock;
       }
@@ -798,6 +826,7 @@ PyObject* try_elementwise(
     *served = true;
     ++spec.hits;
     bump(EwHit);
+    stock_count_served(call_hash(sig, ops));
     if (spec.inplace) {
       Py_INCREF(self_obj);
       return self_obj;
@@ -818,6 +847,9 @@ PyObject* try_elementwise(
   *handled = true;
   PyObject* stock = call_stock_dispatch(mode, func, types, args, kwargs);
   SigEntry entry;
+  if (stock != nullptr) {
+    stock_count_seen(call_hash(sig, ops));
+  }
   if (stock == nullptr) {
     entry.state = -1;
     spec.sigs.emplace(std::move(sig), entry);

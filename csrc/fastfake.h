@@ -7,6 +7,7 @@
 //   cache.cpp        the per-op result cache (static and symbolic shapes)
 //   keys.h           encoding Python values into integer keys (both of the above)
 //   compat.h         differences between torch releases (compile time)
+//   stock_counts.cpp stock's cache statistics for the calls served here
 //   dispatch.cpp     the C-level FakeTensorMode.__torch_dispatch__ and device descriptor
 //   module.cpp       pybind11 bindings
 #pragma once
@@ -257,6 +258,28 @@ PyObject* synth_recipe(PyObject* synth, bool fresh);
 PyObject* synth_build(PyObject* mode, PyObject* dtype, PyObject* device, PyObject* sizes,
                       PyObject* strides, PyObject* offset, PyObject* base, PyObject* recipe);
 size_t cache_size();
+
+// ---------------------------------------------------------------------------
+// stock_counts.cpp: FakeTensorMode.cache_info() as stock would report it
+// ---------------------------------------------------------------------------
+struct StockCounts {
+  bool enabled = true; // off while the install-time self-test runs
+  uint64_t hits = 0; // not yet added to FakeTensorMode.cache_hits
+  uint64_t misses = 0; // not yet added to FakeTensorMode.cache_misses
+  uint64_t entries = 0; // entries stock's cache would hold beyond its own
+};
+extern StockCounts g_stock_counts;
+// A result-cache hit: stock would have hit too.
+inline void stock_count_hit() {
+  if (g_stock_counts.enabled) ++g_stock_counts.hits;
+}
+// An elementwise result built here for the call with this hash.
+void stock_count_served(uint64_t call);
+// Stock ran this call itself (and now holds an entry for it).
+void stock_count_seen(uint64_t call);
+// Stock's cache was cleared.
+void stock_counts_clear();
+size_t stock_counts_seen_size();
 
 // ---------------------------------------------------------------------------
 // dispatch.cpp

@@ -141,6 +141,31 @@ PYBIND11_MODULE(_C, m) {
       py::arg("cache_max_entries"),
       py::arg("cache_symbolic") = true);
   m.def("cache_clear", &cache_clear, "Drop every result-cache entry.");
+  m.def(
+      "take_stock_counts",
+      []() {
+        auto r = py::make_tuple(g_stock_counts.hits, g_stock_counts.misses);
+        g_stock_counts.hits = g_stock_counts.misses = 0;
+        return r;
+      },
+      "(hits, misses) stock's cache would have counted for the calls served since "
+      "the last take; zeroes them.");
+  m.def(
+      "stock_cache_extra_entries",
+      []() { return g_stock_counts.entries; },
+      "Entries stock's cache would hold for elementwise calls served here.");
+  m.def(
+      "stock_cache_cleared",
+      &stock_counts_clear,
+      "Stock's cache was cleared: forget the calls it would hold, drop pending counts.");
+  m.def(
+      "set_stock_counting",
+      [](bool on) {
+        const bool was = g_stock_counts.enabled;
+        g_stock_counts.enabled = on;
+        return was;
+      },
+      "Count served calls for stock's cache statistics (returns the previous setting).");
   m.def("cache_size", &cache_size, "Number of result-cache entries.");
   m.def(
       "synth_recipe",

@@ -73,6 +73,23 @@ def cache_clear() -> None:
 def cache_size() -> int:
     """Number of result-cache entries."""
 
+# ---- stock's cache statistics for served calls (csrc/stock_counts.cpp) ----
+
+def take_stock_counts() -> tuple[int, int]:
+    """(hits, misses) stock's dispatch cache would have counted for the calls served
+    since the last take; zeroes them (fastfake/_stock_cache.py adds them to
+    ``FakeTensorMode.cache_hits`` / ``cache_misses``)."""
+
+def stock_cache_extra_entries() -> int:
+    """Entries stock's cache would hold for elementwise calls served here."""
+
+def stock_cache_cleared() -> None:
+    """Stock's cache was cleared: forget the calls it would hold, drop pending counts."""
+
+def set_stock_counting(on: bool) -> bool:
+    """Count served calls for stock's statistics (off during the self-test);
+    returns the previous setting."""
+
 def synth_recipe(synth: Any, fresh: bool) -> tuple[Any, tuple[tuple[int, Any], ...], int] | None:
     """What a symbolic FakeTensor stock synthesised for a new cache entry carries
     beyond its sizes / strides / offset: ``(storage_nbytes or None, ((derived kind,

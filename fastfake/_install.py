@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import _C, _compat, _selftest
+from . import _C, _compat, _selftest, _stock_cache
 from ._compat import SUPPORTED_TORCH_VERSIONS
 
 log = logging.getLogger("fastfake")
@@ -181,7 +181,7 @@ def install(
     ft, _ = _torch_internals()
     # Setting up and self-testing run stock fake ops; stock's dispatch cache and
     # its statistics are left as they were.
-    with _selftest.stock_state_preserved():
+    with _selftest.stock_state_preserved(), _stock_cache.not_counted():
         _setup()
         if (opts.elementwise or _State.selftest is None) and not _State.registered:
             from ._registry import register_all
@@ -218,7 +218,7 @@ def _symbolic_cache_allowed(report) -> bool:
 
 
 def _apply(ft, opts: Options) -> None:
-    """Patch (or restore) the three stock attributes as ``opts`` asks."""
+    """Patch (or restore) the stock attributes as ``opts`` asks."""
     _patch(
         ft.FakeTensorMode,
         "__torch_dispatch__",
@@ -236,6 +236,16 @@ def _apply(ft, opts: Options) -> None:
         "device",
         _C.make_device_descriptor(_original(ft.FakeTensor, "device")) if opts.device else None,
     )
+    # Stock's cache statistics count the calls served here; clearing stock's cache
+    # clears fastfake's (fastfake/_stock_cache.py).
+    serving = opts.elementwise or opts.cache
+    _stock_cache.flush_at_exit()
+    for name, make in (
+        ("cache_info", _stock_cache.make_cache_info),
+        ("cache_clear", _stock_cache.make_cache_clear),
+    ):
+        original = _original(ft.FakeTensorMode, name)
+        _patch(ft.FakeTensorMode, name, make(original) if serving else None)
 
 
 def _run_selftest(ft) -> _selftest.Report:
@@ -316,6 +326,7 @@ def _configure_off() -> None:
 
 def uninstall() -> None:
     """Restore every patched attribute to the identical original object."""
+    _stock_cache.detach()
     for (cls, name), original in _State.originals.items():
         if cls.__dict__.get(name) is not original:
             setattr(cls, name, original)
@@ -364,6 +375,6 @@ def selftest_report() -> dict | None:
 
 
 def cache_clear() -> None:
-    """Drop every entry of fastfake's result cache (stock's is untouched:
-    ``FakeTensorMode.cache_clear()`` clears that one)."""
+    """Drop every entry of fastfake's result cache (stock's is untouched;
+    ``FakeTensorMode.cache_clear()`` clears both)."""
     _C.cache_clear()

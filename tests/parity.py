@@ -276,18 +276,19 @@ def run_once(
 ) -> Outcome:
     """Run ``fn(*make_inputs(mode))`` inside a fresh mode, with fastfake installed
     (``fast=True``) or uninstalled. Leaves fastfake uninstalled."""
-    if fast:
-        fastfake.install()
-    else:
-        fastfake.uninstall()
-    recorder = DispatchRecorder(hit_counters) if record else None
+    fastfake.uninstall()
     if clear_stock_cache:
         # Stock's FakeTensorMode dispatch cache is class-level and history
         # dependent: e.g. an in-place op that resizes `self` (clamp_ with a
         # larger tensor bound) resizes on a cache miss but not on a cache hit.
-        # Every run starts from an empty cache so that all runs see the same
-        # history and are comparable.
+        # Every run starts from an empty stock cache so that all runs see the same
+        # history and are comparable. Cleared while uninstalled: stock's own
+        # cache_clear, which leaves fastfake's learned entries for the next run
+        # (installed, FakeTensorMode.cache_clear() clears those too).
         FakeTensorMode.cache_clear()
+    if fast:
+        fastfake.install()
+    recorder = DispatchRecorder(hit_counters) if record else None
     try:
         mode = mode_factory()
         with mode:

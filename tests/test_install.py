@@ -97,12 +97,16 @@ def test_round_trip_restores_identical_objects(stock):
     _assert_identical(before, _snapshot())
 
 
-def test_install_touches_only_the_three_attributes(stock):
+def test_install_touches_only_the_patched_attributes(stock):
     before = _snapshot()
     fastfake.install()
     during = _snapshot()
-    patched = ("__torch_dispatch__", "device", "_output_from_cache_entry")
+    patched = ("__torch_dispatch__", "device", "_output_from_cache_entry", "cache_info", "cache_clear")
     _assert_identical(before, during, ignore=patched)
+    # stock's cache statistics and clearing, wrapped (fastfake/_stock_cache.py)
+    for name in ("cache_info", "cache_clear"):
+        assert isinstance(during[FakeTensorMode][name], classmethod)
+        assert during[FakeTensorMode][name].__func__.__wrapped__ is before[FakeTensorMode][name].__func__
     assert during[FakeTensorMode]["__torch_dispatch__"] is not before[FakeTensorMode]["__torch_dispatch__"]
     assert during[FakeTensor]["device"] is not before[FakeTensor]["device"]
     # the symbolic cache's capture of stock's synthesised outputs (a pass-through)
@@ -112,6 +116,9 @@ def test_install_touches_only_the_three_attributes(stock):
     assert _snapshot()[FakeTensorMode]["_output_from_cache_entry"] is before[FakeTensorMode][
         "_output_from_cache_entry"
     ]
+    fastfake.install(cache=False, elementwise=False)  # serving nothing: stock's own
+    for name in ("cache_info", "cache_clear"):
+        assert _snapshot()[FakeTensorMode][name] is before[FakeTensorMode][name]
 
 
 def test_install_is_idempotent(stock):
