@@ -779,7 +779,10 @@ bool seed_derived(const KeyCtx& ctx, c10::TensorImpl* impl, const SymShape& m) {
   if (m.derived.empty()) return true;
   c10::SymbolicShapeMeta* meta = shape_meta(impl);
   if (meta == nullptr) {
-    PyErr_SetString(PyExc_RuntimeError, "fastfake cache: output lost its symbolic shape");
+    // The recorded values rebuilt a tensor without symbolic sizes (e.g. the call's
+    // SymNodes now hold constants) while stock's output had computed derived
+    // values: not an output this entry proves. No error set: the caller hands the
+    // call to stock (cache.symbolic.unrebuildable).
     return false;
   }
   for (const auto& [d, v] : m.derived) {
@@ -1117,7 +1120,12 @@ PyObject* synth_build(
   PyObject* out = build_symbolic(ctx, mode, std::move(storage),
                                  reinterpret_cast<THPDtype*>(dtype)->scalar_type, device, sz, st,
                                  off, m, /*conj=*/false, /*neg=*/false);
-  if (out != nullptr) bump(CacheSymSynthReuse);
+  if (out != nullptr) {
+    bump(CacheSymSynthReuse);
+  } else if (!PyErr_Occurred()) {
+    bump(CacheSymUnrebuildable); // not symbolic once rebuilt: the caller builds it as stock
+    Py_RETURN_NONE;
+  }
   return out;
 }
 
@@ -1212,6 +1220,10 @@ PyObject* try_cache(
     }
     *handled = true;
     PyObject* r = rebuild(mode, args, ctx, e);
+    if (r == nullptr && !PyErr_Occurred()) {
+      bump(CacheSymUnrebuildable);
+      return call_stock_dispatch(mode, func, types, args, kwargs);
+    }
     if (r != nullptr) {
       *served = true;
       bump(CacheHit);

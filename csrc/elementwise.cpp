@@ -437,7 +437,14 @@ uint64_t call_hash(const Key& sig, const std::vector<Operand>& ops) {
     for (int64_t v : impl->sizes()) mix(v);
     for (int64_t v : impl->strides()) mix(v);
     mix(impl->storage_offset());
-    mix(static_cast<int64_t>(impl->storage().nbytes()));
+    // (static sizes can sit on a storage of symbolic size: a view of a symbolic base)
+    const c10::SymInt& nbytes = impl->storage().sym_nbytes();
+    if (auto n = nbytes.maybe_as_int()) {
+      mix(*n);
+    } else {
+      mix(-11);
+      mix(reinterpret_cast<intptr_t>(nbytes.toSymNodeImplUnowned()));
+    }
     mix(o.t->requires_grad());
     mix(o.t->is_inference());
   }

@@ -74,6 +74,7 @@ namespace fastfake {
   _(CacheSymRecheck, "cache.symbolic.rechecked")                    \
   _(CacheSymStale, "cache.symbolic.stale")                          \
   _(CacheSymSynthReuse, "cache.symbolic.synth_reused")              \
+  _(CacheSymUnrebuildable, "cache.symbolic.unrebuildable")          \
   _(CrossChecked, "crosscheck.checked")                             \
   _(CrossMismatch, "crosscheck.mismatch")                           \
   _(DeviceFast, "device.fast")                                      \

@@ -103,7 +103,10 @@ def synth_build(
 ) -> Any:
     """Build that FakeTensor from sizes / strides / offset (ints or SymInts, used as
     they are) and a recipe: fresh storage of the recorded size, or ``base``'s
-    storage for a view; derived values seeded; no SymNode arithmetic."""
+    storage for a view; derived values seeded; no SymNode arithmetic. ``None`` when
+    those values build a tensor without symbolic sizes while the recipe has derived
+    values (the caller builds it as stock does)."""
+
 def _inject_fault(n: int, kind: str = "dtype") -> None:
     """Testing only: ``kind="dtype"``: the next ``n`` fast elementwise results get a
     wrong dtype; ``kind="device"``: the next ``n`` FakeTensors fastfake serves store

@@ -139,7 +139,11 @@ def _memo_synth(original, self, state, entry, key, func, args):
         memo = _SYNTH_MEMO[env] = {}
     recipe = memo.get(mkey)
     if recipe is not None:
-        return _C.synth_build(self, m.dtype, m.device, shape, stride, offset, base, recipe)
+        out = _C.synth_build(self, m.dtype, m.device, shape, stride, offset, base, recipe)
+        if out is not None:
+            return out
+        # (None: the recipe's derived values do not fit this call's values; stock builds it)
+        return _compat.output_from_cache_entry(original, self, state, entry, key, func, args)
     out = _compat.output_from_cache_entry(original, self, state, entry, key, func, args)
     if base is not None:
         after = base.untyped_storage().nbytes()
