@@ -767,7 +767,17 @@ PyObject* try_elementwise(
     sig.push_back(static_cast<int64_t>(op.t->scalar_type()));
     sig.push_back(device_code(d));
     sig.push_back(op.t->dim());
-    sig.push_back(layout_flags(*op.t, shape, prev));
+    const int64_t flags = layout_flags(*op.t, shape, prev);
+    sig.push_back(flags);
+    if ((flags & 32) != 0 && op.t->dim() >= 2) {
+      // A size-1 dimension: its stride is free, and stock's kernels disagree on
+      // what it means (TensorIterator ignores it, the reference rule sorts by it,
+      // some meta kernels keep it), so no class of such layouts is proven by one
+      // member. The operand's exact sizes and strides join the signature: a rule
+      // is reused only for the very layout it was verified on.
+      for (int64_t v : op.t->sizes()) sig.push_back(v);
+      for (int64_t v : op.t->strides()) sig.push_back(v);
+    }
     prev = op.t;
   }
 
