@@ -141,6 +141,41 @@ PyObject* fast_dispatch_call(
     }
   }
 
+  // Non-fake tensor arguments (allow_non_fake_inputs): converted as stock converts
+  // them, then the converted call is served like any other (real_inputs.cpp).
+  PyObject* conv_args = nullptr;
+  PyObject* conv_kwargs = nullptr;
+  switch (convert_real_inputs(mode, func, args, kwargs, &conv_args, &conv_kwargs)) {
+    case RealInputs::Stock:
+      return call_stock_dispatch(mode, func, types, args, kwargs);
+    case RealInputs::Converted: {
+      PyObject* a = conv_args;
+      PyObject* kw = conv_kwargs ? conv_kwargs : kwargs;
+      const bool was = g_stock_counts.non_fake_call;
+      g_stock_counts.non_fake_call = true;
+      bool handled = false, served = false;
+      PyObject* r = try_elementwise(mode, func, types, a, kw, &handled, &served);
+      if (!handled && !PyErr_Occurred()) {
+        r = try_cache(mode, func, types, a, kw, &handled, &served);
+      }
+      if (!handled && !PyErr_Occurred()) {
+        r = call_stock_dispatch(mode, func, types, a, kw);
+      }
+      g_stock_counts.non_fake_call = was;
+      if (r != nullptr && served) {
+        // crosscheck recomputes with the converted arguments (what stock runs too)
+        args = a;
+        kwargs = kw;
+        r = finish(r);
+      }
+      Py_DECREF(conv_args);
+      Py_XDECREF(conv_kwargs);
+      return r;
+    }
+    case RealInputs::None:
+      break;
+  }
+
   bool handled = false, served = false;
   PyObject* r = try_elementwise(mode, func, types, args, kwargs, &handled, &served);
   if (handled) {

@@ -8,6 +8,7 @@
 //   keys.h           encoding Python values into integer keys (both of the above)
 //   compat.h         differences between torch releases (compile time)
 //   stock_counts.cpp stock's cache statistics for the calls served here
+//   real_inputs.cpp  non-fake tensor arguments converted by the mode's converter
 //   dispatch.cpp     the C-level FakeTensorMode.__torch_dispatch__ and device descriptor
 //   module.cpp       pybind11 bindings
 #pragma once
@@ -77,6 +78,12 @@ namespace fastfake {
   _(CacheSymUnrebuildable, "cache.symbolic.unrebuildable")          \
   _(CrossChecked, "crosscheck.checked")                             \
   _(CrossMismatch, "crosscheck.mismatch")                           \
+  _(RealConverted, "real_inputs.converted")                         \
+  _(RealStockDisabled, "real_inputs.stock.disabled")                \
+  _(RealStockForeign, "real_inputs.stock.other_tensor_kind")        \
+  _(RealStockNotAllowed, "real_inputs.stock.not_allowed")           \
+  _(RealStockOp, "real_inputs.stock.op")                            \
+  _(RealStockError, "real_inputs.stock.conversion_error")           \
   _(DeviceFast, "device.fast")                                      \
   _(DeviceStock, "device.stock")
 
@@ -106,6 +113,8 @@ struct Config {
   size_t cache_max_entries = 1 << 16;
   // Also cache calls with symbolic shapes (per ShapeEnv).
   bool cache_symbolic = true;
+  // Convert non-fake tensor arguments (allow_non_fake_inputs) and serve the call.
+  bool real_inputs = true;
   // Testing only: corrupt the dtype of the next N fast results.
   int inject_fault = 0;
   // Testing only: store a wrong device (meta) on the next N results served fast.
@@ -161,6 +170,15 @@ struct PyRefs {
   PyObject* s_translation_validation = nullptr; // "_translation_validation_enabled"
   PyObject* s_cache_hits = nullptr;
   PyObject* s_cache_misses = nullptr;
+  // non-fake inputs (set by _C.setup_real_inputs())
+  PyObject* tensor_type = nullptr; // torch.Tensor
+  PyObject* parameter_type = nullptr; // torch.nn.Parameter
+  PyObject* fake_tensor_tls = nullptr; // torch._subclasses.fake_tensor.fake_tensor_tls
+  PyObject* real_policy_hook = nullptr; // fastfake._real_inputs.policy
+  PyObject* s_allow_override = nullptr; // "allow_non_fake_inputs_override"
+  PyObject* s_allow_non_fake_inputs = nullptr;
+  PyObject* s_fake_tensor_converter = nullptr;
+  PyObject* s_from_real_tensor = nullptr;
 };
 extern PyRefs g_py;
 
@@ -265,14 +283,22 @@ size_t cache_size();
 // ---------------------------------------------------------------------------
 struct StockCounts {
   bool enabled = true; // off while the install-time self-test runs
+  bool non_fake_call = false; // serving a call whose real tensors were converted
   uint64_t hits = 0; // not yet added to FakeTensorMode.cache_hits
   uint64_t misses = 0; // not yet added to FakeTensorMode.cache_misses
+  uint64_t non_fake_bypasses = 0; // not yet added to cache_bypasses["non-fake tensor"]
   uint64_t entries = 0; // entries stock's cache would hold beyond its own
 };
 extern StockCounts g_stock_counts;
-// A result-cache hit: stock would have hit too.
+// A result-cache hit: stock would have hit too (stock bypasses its cache for a
+// call with real tensor arguments).
 inline void stock_count_hit() {
-  if (g_stock_counts.enabled) ++g_stock_counts.hits;
+  if (!g_stock_counts.enabled) return;
+  if (g_stock_counts.non_fake_call) {
+    ++g_stock_counts.non_fake_bypasses;
+  } else {
+    ++g_stock_counts.hits;
+  }
 }
 // An elementwise result built here for the call with this hash.
 void stock_count_served(uint64_t call);
@@ -281,6 +307,22 @@ void stock_count_seen(uint64_t call);
 // Stock's cache was cleared.
 void stock_counts_clear();
 size_t stock_counts_seen_size();
+
+// ---------------------------------------------------------------------------
+// real_inputs.cpp
+// ---------------------------------------------------------------------------
+enum class RealInputs {
+  None, // no non-fake tensor argument
+  Converted, // *new_args / *new_kwargs (new references; kwargs may stay nullptr)
+  Stock, // the call is stock's (counted)
+};
+RealInputs convert_real_inputs(
+    PyObject* mode,
+    PyObject* func,
+    PyObject* args,
+    PyObject* kwargs,
+    PyObject** new_args,
+    PyObject** new_kwargs);
 
 // ---------------------------------------------------------------------------
 // dispatch.cpp

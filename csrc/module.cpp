@@ -54,6 +54,10 @@ PYBIND11_MODULE(_C, m) {
   g_py.s_optimized_summation = intern("_optimized_summation");
   g_py.s_replacements_version = intern("_replacements_version_counter");
   g_py.s_translation_validation = intern("_translation_validation_enabled");
+  g_py.s_allow_override = intern("allow_non_fake_inputs_override");
+  g_py.s_allow_non_fake_inputs = intern("allow_non_fake_inputs");
+  g_py.s_fake_tensor_converter = intern("fake_tensor_converter");
+  g_py.s_from_real_tensor = intern("from_real_tensor");
   g_py.s_cache_hits = intern("cache_hits");
   g_py.s_cache_misses = intern("cache_misses");
 
@@ -111,6 +115,16 @@ PYBIND11_MODULE(_C, m) {
       "Bind SymNode, SymInt and the helpers of symbolic cache keys and entries.");
 
   m.def(
+      "setup_real_inputs",
+      [](py::handle tensor_type, py::handle parameter_type, py::handle tls, py::handle policy) {
+        set_ref(g_py.tensor_type, tensor_type);
+        set_ref(g_py.parameter_type, parameter_type);
+        set_ref(g_py.fake_tensor_tls, tls);
+        set_ref(g_py.real_policy_hook, policy);
+      },
+      "Bind torch.Tensor, nn.Parameter, fake_tensor_tls and the per-op conversion policy.");
+
+  m.def(
       "make_fast_dispatch",
       []() { return steal_or_throw(new_fast_dispatch()); },
       "A new C-level __torch_dispatch__ method object for FakeTensorMode.");
@@ -126,9 +140,11 @@ PYBIND11_MODULE(_C, m) {
          bool crosscheck,
          size_t max_signatures_per_op,
          size_t cache_max_entries,
-         bool cache_symbolic) {
+         bool cache_symbolic,
+         bool real_inputs) {
         g_config.elementwise = elementwise;
         g_config.cache_symbolic = cache_symbolic;
+        g_config.real_inputs = real_inputs;
         g_config.cache = cache;
         g_config.cache_max_entries = cache_max_entries;
         g_config.crosscheck = crosscheck;
@@ -139,17 +155,19 @@ PYBIND11_MODULE(_C, m) {
       py::arg("crosscheck"),
       py::arg("max_signatures_per_op"),
       py::arg("cache_max_entries"),
-      py::arg("cache_symbolic") = true);
+      py::arg("cache_symbolic") = true,
+      py::arg("real_inputs") = true);
   m.def("cache_clear", &cache_clear, "Drop every result-cache entry.");
   m.def(
       "take_stock_counts",
       []() {
-        auto r = py::make_tuple(g_stock_counts.hits, g_stock_counts.misses);
-        g_stock_counts.hits = g_stock_counts.misses = 0;
+        auto r = py::make_tuple(
+            g_stock_counts.hits, g_stock_counts.misses, g_stock_counts.non_fake_bypasses);
+        g_stock_counts.hits = g_stock_counts.misses = g_stock_counts.non_fake_bypasses = 0;
         return r;
       },
-      "(hits, misses) stock's cache would have counted for the calls served since "
-      "the last take; zeroes them.");
+      "(hits, misses, non-fake-tensor bypasses) stock's cache would have counted for "
+      "the calls served since the last take; zeroes them.");
   m.def(
       "stock_cache_extra_entries",
       []() { return g_stock_counts.entries; },

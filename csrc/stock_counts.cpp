@@ -7,6 +7,8 @@
 // FakeTensorMode.cache_info() (fastfake/_stock_cache.py):
 //   * a result-cache hit is rebuilt from an entry learned from stock's own cache
 //     entry, so stock would have hit: one hit;
+//   * a call whose non-fake tensor arguments were converted (real_inputs.cpp):
+//     stock bypasses its cache for it ("non-fake tensor");
 //   * an elementwise result is built without consulting stock's cache; stock
 //     would have hit if the same call (exact metadata of every operand) reached
 //     its cache since it was last cleared, else missed and added an entry. The
@@ -27,6 +29,10 @@ std::unordered_set<uint64_t> g_seen; // calls stock's cache would hold an entry 
 
 void stock_count_served(uint64_t call) {
   if (!g_stock_counts.enabled) return;
+  if (g_stock_counts.non_fake_call) {
+    ++g_stock_counts.non_fake_bypasses; // stock never caches such a call
+    return;
+  }
   if (g_seen.count(call) != 0) {
     ++g_stock_counts.hits;
     return;
@@ -37,7 +43,7 @@ void stock_count_served(uint64_t call) {
 }
 
 void stock_count_seen(uint64_t call) {
-  if (!g_stock_counts.enabled) return;
+  if (!g_stock_counts.enabled || g_stock_counts.non_fake_call) return;
   if (g_seen.size() >= g_config.cache_max_entries) {
     g_seen.clear(); // bounded: later repeats of forgotten calls count as misses
   }
@@ -47,6 +53,7 @@ void stock_count_seen(uint64_t call) {
 void stock_counts_clear() {
   g_seen.clear();
   g_stock_counts.hits = g_stock_counts.misses = g_stock_counts.entries = 0;
+  g_stock_counts.non_fake_bypasses = 0;
 }
 
 size_t stock_counts_seen_size() {

@@ -39,6 +39,11 @@ def setup_symbolic(
     replacements it was recorded under) and ``capture_begin(mode, func, args)``
     (collect the output stock synthesises for this call's new entry)."""
 
+def setup_real_inputs(tensor_type: type, parameter_type: type, tls: Any, policy: Any) -> None:
+    """Bind ``torch.Tensor``, ``torch.nn.Parameter``, stock's ``fake_tensor_tls``
+    (``allow_non_fake_inputs_override``) and ``fastfake._real_inputs.policy`` (per op:
+    0 stock's, 1 convert only next to a fake argument, 2 convert)."""
+
 def make_fast_dispatch() -> Any:
     """A C-level method object to install as ``FakeTensorMode.__torch_dispatch__``.
 
@@ -62,6 +67,7 @@ def set_config(
     max_signatures_per_op: int,
     cache_max_entries: int,
     cache_symbolic: bool = True,
+    real_inputs: bool = True,
 ) -> None: ...
 def get_config() -> tuple[bool, bool, int, bool, int, bool]:
     """(elementwise, crosscheck, max_signatures_per_op, cache, cache_max_entries,
@@ -75,10 +81,11 @@ def cache_size() -> int:
 
 # ---- stock's cache statistics for served calls (csrc/stock_counts.cpp) ----
 
-def take_stock_counts() -> tuple[int, int]:
-    """(hits, misses) stock's dispatch cache would have counted for the calls served
-    since the last take; zeroes them (fastfake/_stock_cache.py adds them to
-    ``FakeTensorMode.cache_hits`` / ``cache_misses``)."""
+def take_stock_counts() -> tuple[int, int, int]:
+    """(hits, misses, non-fake-tensor bypasses) stock's dispatch cache would have
+    counted for the calls served since the last take; zeroes them
+    (fastfake/_stock_cache.py adds them to ``FakeTensorMode.cache_hits`` /
+    ``cache_misses`` / ``cache_bypasses["non-fake tensor"]``)."""
 
 def stock_cache_extra_entries() -> int:
     """Entries stock's cache would hold for elementwise calls served here."""

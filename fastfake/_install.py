@@ -137,6 +137,9 @@ def _setup() -> None:
         _compat.fake_device_attr(),
     )
     _C.setup_symbolic(SymNode, torch.SymInt, sym_vid, still_valid, capture_begin)
+    from ._real_inputs import policy
+
+    _C.setup_real_inputs(torch.Tensor, torch.nn.Parameter, ft.fake_tensor_tls, policy)
     _State.setup_done = True
 
 
@@ -163,6 +166,9 @@ def install(
       also wraps ``FakeTensorMode._output_from_cache_entry`` (pass-through capture
       of the tensor stock synthesises on a symbolic miss).
       ``FASTFAKE_NO_SYMBOLIC_CACHE=1`` keeps symbolic calls out of it.
+    * under ``allow_non_fake_inputs=True`` both serve calls with real tensor
+      arguments after converting them with the mode's own converter, as stock does
+      (``FASTFAKE_NO_REAL_INPUTS=1`` leaves such calls to stock).
     * ``device``: ``FakeTensor.device`` is served by a C-level descriptor.
     * ``crosscheck`` (or ``FASTFAKE_CROSSCHECK=1``): every fast result is
       recomputed by stock and compared; a mismatch raises
@@ -203,6 +209,7 @@ def install(
         max_signatures_per_op=MAX_SIGNATURES_PER_OP,
         cache_max_entries=CACHE_MAX_ENTRIES,
         cache_symbolic=_symbolic_cache_allowed(_State.selftest),
+        real_inputs=not _env_flag("FASTFAKE_NO_REAL_INPUTS"),
     )
     _apply(ft, opts)
     _State.options = opts

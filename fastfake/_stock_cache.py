@@ -7,6 +7,9 @@ is a hit; an elementwise result a hit if stock's cache would hold that exact cal
 else a miss and one more entry: ``csrc/stock_counts.cpp``), and the patched
 classmethods here add those counts in:
 
+A call whose real tensor arguments fastfake converted (``allow_non_fake_inputs``)
+counts as stock's "non-fake tensor" bypass when served.
+
 * ``cache_info()`` moves the pending counts into ``FakeTensorMode.cache_hits`` /
   ``cache_misses`` (so code reading those attributes afterwards sees them too) and
   reports the entries stock's cache would hold for served elementwise calls in
@@ -36,12 +39,14 @@ from . import _C
 
 def flush() -> None:
     """Move the counts of served calls into stock's class counters."""
-    hits, misses = _C.take_stock_counts()
-    if hits or misses:
+    hits, misses, non_fake = _C.take_stock_counts()
+    if hits or misses or non_fake:
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         FakeTensorMode.cache_hits += hits
         FakeTensorMode.cache_misses += misses
+        if non_fake:
+            FakeTensorMode.cache_bypasses["non-fake tensor"] += non_fake
 
 
 def detach() -> None:

@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, invariant, rule
 from torch._dynamo.source import ConstantSource
-from torch._subclasses.fake_tensor import FakeTensorMode
+from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
 import fastfake
@@ -141,6 +141,10 @@ def _quiet(fn: Callable[[], Any]) -> tuple[bool, Any]:
         return False, e
 
 
+def _device(t: torch.Tensor) -> torch.device:
+    return t.fake_device if isinstance(t, FakeTensor) else t.device
+
+
 @dataclass
 class World:
     """One side of the comparison: two modes (and their ShapeEnv when symbolic) and
@@ -148,6 +152,7 @@ class World:
 
     fast: bool
     symbolic: bool
+    real_inputs: bool = False  # modes allow non-fake inputs; the pool gets real tensors
     modes: list = field(default_factory=list)
     pool: list = field(default_factory=list)
     # Stock's class-level dispatch cache, one per world: stock's results depend on
@@ -157,7 +162,8 @@ class World:
 
     def __post_init__(self) -> None:
         env = ShapeEnv() if self.symbolic else None
-        self.modes = [FakeTensorMode(shape_env=env, allow_non_fake_inputs=False) for _ in range(2)]
+        self.modes = [FakeTensorMode(shape_env=env, allow_non_fake_inputs=self.real_inputs)
+                      for _ in range(2)]
 
     @contextlib.contextmanager
     def active(self):
@@ -170,8 +176,14 @@ class World:
 
     def make(self, mode_idx: int, shape: tuple, stride: tuple | None, dtype, device: str,
              requires_grad: bool) -> Any:
-        mode = self.modes[mode_idx]
         with self.active():
+            if mode_idx == 2:  # a real tensor (each world its own, same metadata)
+                t = (torch.empty(shape, dtype=dtype) if stride is None
+                     else torch.empty_strided(shape, stride, dtype=dtype))
+                if requires_grad and (dtype.is_floating_point or dtype.is_complex):
+                    t.requires_grad_(True)
+                return t
+            mode = self.modes[mode_idx]
             if self.symbolic:
                 real = (torch.empty(shape, dtype=dtype) if stride is None
                         else torch.empty_strided(shape, stride, dtype=dtype))
@@ -216,10 +228,11 @@ class World:
 class Twin:
     """The two worlds fed the same sequence; each step is recorded for the report."""
 
-    def __init__(self, symbolic: bool) -> None:
+    def __init__(self, symbolic: bool, real_inputs: bool = False) -> None:
         self.symbolic = symbolic
-        self.stock = World(False, symbolic)
-        self.fast = World(True, symbolic)
+        self.real_inputs = real_inputs
+        self.stock = World(False, symbolic, real_inputs)
+        self.fast = World(True, symbolic, real_inputs)
         self.program: list[str] = []
 
     def _check(self, what: str, rs: tuple, rf: tuple, s_in: tuple, f_in: tuple) -> None:
@@ -229,9 +242,15 @@ class Twin:
             out: list[str] = []
             parity._diff(a, b, "result", out)
             prog = "\n  ".join(self.program)
+            inputs = "\n  ".join(
+                f"{type(t).__name__}{tuple(t.shape)} stride={t.stride()} {t.dtype} {_device(t)} "
+                f"requires_grad={t.requires_grad}" if isinstance(t, torch.Tensor) else repr(t)
+                for t in s_in
+            )
             raise AssertionError(
                 f"fastfake differs from stock at step {len(self.program)} ({what}):\n  "
                 + "\n  ".join(out[:8])
+                + f"\ninputs (stock world):\n  {inputs}"
                 + f"\nprogram ({'symbolic' if self.symbolic else 'static'}):\n  {prog}"
             )
 
@@ -251,10 +270,10 @@ class Twin:
 
     def new(self, mode_idx: int, shape: tuple, stride: tuple | None, dtype, device: str,
             requires_grad: bool) -> int | None:
-        if self.symbolic:
+        if self.symbolic or mode_idx == 2:
             device = "cpu"
         self.program.append(
-            f"t{len(self.stock.pool)} = new(mode={mode_idx}, shape={shape}, stride={stride}, "
+            f"t{len(self.stock.pool)} = new(mode={'real' if mode_idx == 2 else mode_idx}, shape={shape}, stride={stride}, "
             f"{dtype}, {device}, requires_grad={requires_grad})"
         )
         rs = _quiet(lambda: self.stock.make(mode_idx, shape, stride, dtype, device, requires_grad))
@@ -268,14 +287,14 @@ class Twin:
         linked with support for cuda devices") on e.g. matmul of a fake cuda tensor
         with a cpu tensor on a CPU-only build: such calls are not generated for the
         non-pointwise ops."""
-        return len({str(self.stock.pool[h].fake_device) for h in handles}) > 1
+        return len({str(_device(self.stock.pool[h])) for h in handles}) > 1
 
     def autograd_on_cuda(self, handles: list[int]) -> bool:
         """Stock aborts the process when autograd records a fake cuda tensor on a
         CPU-only build (InputMetadata asks for the cuda device guard): calls that
         would do so are not generated."""
         ts = [self.stock.pool[h] for h in handles]
-        return any(t.requires_grad for t in ts) and any(t.fake_device.type == "cuda" for t in ts)
+        return any(t.requires_grad for t in ts) and any(_device(t).type == "cuda" for t in ts)
 
     def step(self, mode_idx: int, name: str, fn: Callable[..., Any], handles: list[int],
              extra: tuple = ()) -> list[int]:
@@ -364,7 +383,11 @@ def random_steps(twin: Twin, rng: random.Random, n: int) -> None:
             common = rng.random() < 0.75
             shape = rng.choice(COMMON_SHAPES if common else SHAPES)
             dtype = rng.choice(COMMON_DTYPES if common else DTYPES)
-            h = twin.new(rng.randrange(2) if rng.random() < 0.05 else 0, shape,
+            if twin.real_inputs and rng.random() < 0.35:
+                mode_idx = 2  # a real tensor (a weight of a real model)
+            else:
+                mode_idx = rng.randrange(2) if rng.random() < 0.05 else 0
+            h = twin.new(mode_idx, shape,
                          _stride_for(shape, rng.randrange(3)), dtype,
                          "cuda" if rng.random() < 0.2 else "cpu", rng.random() < 0.2)
             if h is not None:
@@ -427,6 +450,17 @@ def test_long_random_sequences(seed, symbolic):
     if not symbolic or _compat.shape_env_counts_replacements():
         # (torch 2.9: the symbolic cache is off, every symbolic call is stock's)
         assert _served(s) > 300, f"the fast paths served too little to prove anything: {s}"
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_long_random_sequences_real_inputs(seed):
+    """allow_non_fake_inputs=True with real tensors in the pool (converted by each
+    mode's own converter, as stock converts them)."""
+    fastfake.reset_stats()
+    twin = Twin(False, real_inputs=True)
+    random_steps(twin, random.Random(50 + seed), 1500)
+    s = fastfake.stats()
+    assert s["real_inputs.converted"] > 40 and _served(s) > 300, s
 
 
 @pytest.mark.parametrize("seed", range(2))
@@ -548,3 +582,26 @@ def test_the_comparison_catches_a_wrong_result(kind):
     fastfake._C._inject_fault(1, kind)
     with pytest.raises(AssertionError, match=r"(?s)differs from stock at step 3 \(add\).*program"):
         twin.step(0, "add", BINARY["add"], [a, a])
+
+
+def test_size1_layouts_are_not_one_class():
+    """Found by the long sequences: relu on a [1, 3] tensor with strides (1, 1)
+    taught a stride rule that then gave (1, 1) for a [3, 1] tensor with strides
+    (1, 3), where stock keeps (1, 3). Size-1 layouts are keyed exactly."""
+    cases = [((1, 3), (1, 1)), ((3, 1), (1, 3)), ((3, 1), (1, 1)), ((1, 3), (3, 3)), ((2, 1, 3), (3, 3, 1)),
+             ((2, 1, 3), (3, 1, 1))]
+
+    def run():
+        out = []
+        with FakeTensorMode():
+            for shape, stride in cases:
+                for op in (torch.relu, torch.neg, lambda t: t * 2, lambda t: torch.lerp(t, t, 0.3)):
+                    x = torch.empty_strided(shape, stride, dtype=torch.float64)
+                    out.append((shape, stride, op(x).stride()))
+        return out
+
+    fastfake.uninstall()
+    stock = run()
+    fastfake.install()
+    assert run() == stock and run() == stock
+    assert fastfake.stats()["elementwise.hit"] > 0
