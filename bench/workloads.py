@@ -232,6 +232,24 @@ def fake_forward(model, inputs, *, spec=None, size="default"):
     return run
 
 
+def fake_forward_real(model, inputs, *, spec=None, size="default"):
+    """A real-weight model run on fake inputs: FakeTensorMode(allow_non_fake_inputs=True),
+    the parameters stay real tensors (the mode converts them, memoised), as
+    shape-inference tools and quick experiments do."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    model = model.eval()
+    finputs = [mode.from_tensor(t, static_shapes=True) for t in inputs]
+
+    def run(capture: bool = False) -> list[GraphRecord]:
+        with mode, torch.no_grad():
+            out = model(*finputs)
+        return [record_outputs("outputs", out)] if capture else []
+
+    return run
+
+
 from .openxla import (  # noqa: E402  (they use the records above)
     XLA_WORKLOADS,
     backend_times,
@@ -257,6 +275,8 @@ WORKLOADS: dict[str, Workload] = {
         Workload("make_fx_symbolic", make_fx_symbolic, doc='make_fx(tracing_mode="symbolic")'),
         Workload("export", export_workload, doc="torch.export.export(strict=False)"),
         Workload("fake_forward", fake_forward, warm=True, doc="warm forward inside FakeTensorMode"),
+        Workload("fake_forward_real", fake_forward_real, warm=True,
+                 doc="warm forward of the real-weight model, FakeTensorMode(allow_non_fake_inputs=True)"),
     )
 }
 
@@ -272,7 +292,7 @@ for _w in XLA_WORKLOADS:
 del _w
 
 WORKLOAD_NAMES: tuple[str, ...] = tuple(WORKLOADS)
-DEFAULT_WORKLOADS: tuple[str, ...] = ("compile_static", "compile_dynamic", "fake_forward")
+DEFAULT_WORKLOADS: tuple[str, ...] = ("compile_static", "compile_dynamic", "fake_forward", "fake_forward_real")
 
 
 def get(name: str) -> Workload:
