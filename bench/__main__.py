@@ -90,6 +90,20 @@ def _median(xs):
     return statistics.median(xs) if xs else None
 
 
+def _print_table(hdr: tuple, table: list) -> None:
+    """Aligned columns: the first two left-aligned (model, workload), the rest right."""
+    widths = [max(len(str(x)) for x in col) for col in zip(hdr, *table)]
+
+    def row(cells) -> str:
+        return "  ".join(str(x).ljust(w) if i < 2 else str(x).rjust(w) for i, (x, w) in enumerate(zip(cells, widths)))
+
+    line = row(hdr)
+    print(line)
+    print("-" * len(line))
+    for t in table:
+        print(row(t))
+
+
 def _fmt(x, spec=".3f"):
     return "-" if x is None else format(x, spec)
 
@@ -276,12 +290,7 @@ def print_report(rows: list[dict], args) -> None:
                       sp, "-" if share is None else f"{100 * share:.0f}%", _fmt(roof, ".2f") + ("x" if roof else ""),
                       _fmt(r.get("stock_wall_median_s")), _fmt(r.get("fastfake_wall_median_s")),
                       _fmt(r.get("wall_speedup"), ".2f") + ("x" if r.get("wall_speedup") else ""), g))
-    widths = [max(len(str(x)) for x in col) for col in zip(hdr, *table)]
-    line = "  ".join(h.ljust(w) if i < 2 else h.rjust(w) for i, (h, w) in enumerate(zip(hdr, widths)))
-    print(line)
-    print("-" * len(line))
-    for t in table:
-        print("  ".join(str(x).ljust(w) if i < 2 else str(x).rjust(w) for i, (x, w) in enumerate(zip(t, widths))))
+    _print_table(hdr, table)
     low = [r for r in rows if "lowering_ratio" in r]
     if low:
         print()
@@ -298,12 +307,7 @@ def print_report(rows: list[dict], args) -> None:
                            _fmt(r.get("fastfake_lowering_median_s")), _fmt(rr, ".2f") + ("x" if rr else ""),
                            _fmt(st.get("xla_compile")), _fmt(ft.get("xla_compile")),
                            f"{_fmt(st.get('xla_compiles'), '.0f')}/{_fmt(ft.get('xla_compiles'), '.0f')}", o))
-        lw = [max(len(str(x)) for x in col) for col in zip(lhdr, *ltable)]
-        line = "  ".join(h.ljust(w) if i < 2 else h.rjust(w) for i, (h, w) in enumerate(zip(lhdr, lw)))
-        print(line)
-        print("-" * len(line))
-        for t in ltable:
-            print("  ".join(str(x).ljust(w) if i < 2 else str(x).rjust(w) for i, (x, w) in enumerate(zip(t, lw))))
+        _print_table(lhdr, ltable)
     print()
     for r in rows:
         print(f"== {r['model']} {r['workload']}")

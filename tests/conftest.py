@@ -28,6 +28,14 @@ def _fastfake_clean_state():
     assert not fastfake.is_installed()
 
 
+@pytest.fixture
+def compile_state_restored():
+    """For tests that compile: fastfake uninstalled and dynamo reset afterwards."""
+    yield
+    fastfake.uninstall()
+    torch._dynamo.reset()
+
+
 # Stock FakeTensorMode logs every failing meta kernel with a full traceback at
 # ERROR level; the error tests provoke thousands of those on purpose. The log
 # output is not part of what is compared, so keep it quiet (and fast).

@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 import fastfake  # noqa: E402
 from fastfake import _compat  # noqa: E402
 from bench import harness  # noqa: E402
-from bench.models import MODELS  # noqa: E402
+from zoo import small_model  # noqa: E402
 
 MODELS_UNDER_TEST = ("resnet", "bert", "gpt2")
 WORKLOADS_UNDER_TEST = (
@@ -22,20 +22,9 @@ WORKLOADS_UNDER_TEST = (
     "compile_train_dynamic",
 )
 
-_cache: dict[str, tuple] = {}
-
-
-def _model(name):
-    if name not in _cache:
-        _cache[name] = MODELS[name].create("small")
-    return _cache[name]
-
-
 @pytest.fixture(autouse=True)
-def _restore():
+def _restore(compile_state_restored):
     yield
-    fastfake.uninstall()
-    torch._dynamo.reset()
 
 
 # Combinations where stock itself does not trace the same graphs twice in a row
@@ -58,7 +47,7 @@ def test_not_reproducible_combinations_really_are():
     from bench.workloads import diff_graphs
 
     for model, workload in sorted(NOT_REPRODUCIBLE_UNDER_STOCK):
-        mi = _model(model)
+        mi = small_model(model)
         a = harness.capture_graphs(model, workload, "stock", size="small", model_and_inputs=mi)
         b = harness.capture_graphs(model, workload, "stock", size="small", model_and_inputs=mi)
         assert diff_graphs(a, b) != "", f"{model}/{workload} is reproducible now: remove it"
@@ -66,7 +55,7 @@ def test_not_reproducible_combinations_really_are():
 
 @pytest.mark.parametrize("model,workload", list(_graph_params()))
 def test_graphs_identical(model, workload):
-    mi = _model(model)
+    mi = small_model(model)
     stock = harness.capture_graphs(model, workload, "stock", size="small", model_and_inputs=mi)
     fast = harness.capture_graphs(model, workload, "fastfake", size="small", model_and_inputs=mi)
     assert stock, "workload produced no graphs"
@@ -86,7 +75,7 @@ def test_crosscheck_on_models(model, workload, monkeypatch):
     (one would raise fastfake.CrosscheckError), and the graphs are still stock's."""
     if workload == "make_fx_symbolic" and not _compat.shape_env_counts_replacements():
         pytest.skip("every call is symbolic and the symbolic cache is off on this release")
-    mi = _model(model)
+    mi = small_model(model)
     stock = harness.capture_graphs(model, workload, "stock", size="small", model_and_inputs=mi)
     monkeypatch.setenv("FASTFAKE_CROSSCHECK", "1")
     fastfake.reset_stats()

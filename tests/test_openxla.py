@@ -26,9 +26,7 @@ pytestmark = pytest.mark.skipif(not _ok, reason=f"torch_xla unavailable: {_why}"
 import fastfake  # noqa: E402
 from bench import harness  # noqa: E402
 from bench.models import MODELS  # noqa: E402
-
-_cache: dict[str, tuple] = {}
-
+from zoo import small_model  # noqa: E402
 
 @pytest.fixture(scope="module", autouse=True)
 def _torch_xla():
@@ -41,24 +39,16 @@ def _torch_xla():
         pytest.skip(f"torch_xla not importable: {e}")
 
 
-def _model(name):
-    if name not in _cache:
-        _cache[name] = MODELS[name].create("small")
-    return _cache[name]
-
-
 @pytest.fixture(autouse=True)
-def _restore():
+def _restore(compile_state_restored):
     yield
-    fastfake.uninstall()
-    torch._dynamo.reset()
 
 
 def _capture(model, workload, impl):
     """One openxla compile + call from a fresh state (torch_xla's computation cache
     emptied); returns its records and the XLA lowering counters of that run."""
     workloads.reset_backend_times()
-    graphs = harness.capture_graphs(model, workload, impl, size="small", model_and_inputs=_model(model))
+    graphs = harness.capture_graphs(model, workload, impl, size="small", model_and_inputs=small_model(model))
     return graphs, workloads.backend_times()
 
 
@@ -104,7 +94,7 @@ def test_openxla_timing_separates_lowering():
     """One timed repetition per implementation: the trace time (entire_frame_compile)
     and the XLA lowering are reported separately; the lowering runs outside the trace."""
     spec = MODELS["bert"]
-    model, inputs = _model("bert")
+    model, inputs = small_model("bert")
     harness.set_impl("stock")
     run = workloads.get("compile_openxla")(model, inputs, spec=spec, size="small")
     for impl in harness.IMPLS:

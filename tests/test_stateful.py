@@ -362,6 +362,11 @@ def _stride_for(shape: tuple, kind: int) -> tuple | None:
     return tuple(1 if s == 1 else c for s, c in zip(shape, cont))
 
 
+# How the long driver picks a call: (upper bound of the draw, table), in order;
+# above the last bound: cache_clear() or forgetting learned signatures.
+CATEGORIES = [(0.30, BINARY), (0.42, UNARY), (0.52, INPLACE), (0.72, VIEWS), (0.85, OTHER), (0.995, PAIRS)]
+ARITY = {id(BINARY): 2, id(UNARY): 1, id(INPLACE): 2, id(VIEWS): 1, id(OTHER): 1, id(PAIRS): 2}
+
 # Most tensors come from a small universe, so that signatures and cache keys
 # repeat as they do in real programs (learned state is reused, not only made).
 COMMON_SHAPES = [(4, 3), (1, 3), (4, 1), (2, 3, 4)]
@@ -404,27 +409,15 @@ def random_steps(twin: Twin, rng: random.Random, n: int) -> None:
         a = rng.choice(live)
         b = a if rng.random() < 0.3 else rng.choice(live)
         kind = rng.random()
-        if kind < 0.30:
-            name = rng.choice(list(BINARY))
-            if rng.random() < 0.25:
-                out = call(name, BINARY[name], [a], (rng.choice(SCALARS),))
+        table = next((t for bound, t in CATEGORIES if kind < bound), None)
+        if table is not None:
+            name = rng.choice(list(table))
+            if table is BINARY and rng.random() < 0.25:
+                out = call(name, table[name], [a], (rng.choice(SCALARS),))
+            elif table is PAIRS and twin.mixes_devices([a, b]):
+                out = []
             else:
-                out = call(name, BINARY[name], [a, b])
-        elif kind < 0.42:
-            name = rng.choice(list(UNARY))
-            out = call(name, UNARY[name], [a])
-        elif kind < 0.52:
-            name = rng.choice(list(INPLACE))
-            out = call(name, INPLACE[name], [a, b])
-        elif kind < 0.72:
-            name = rng.choice(list(VIEWS))
-            out = call(name, VIEWS[name], [a])
-        elif kind < 0.85:
-            name = rng.choice(list(OTHER))
-            out = call(name, OTHER[name], [a])
-        elif kind < 0.995:
-            name = rng.choice(list(PAIRS))
-            out = [] if twin.mixes_devices([a, b]) else call(name, PAIRS[name], [a, b])
+                out = call(name, table[name], [a, b][: ARITY[id(table)]])
         elif kind < 0.998:
             twin.clear_caches()
             out = []
