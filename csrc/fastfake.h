@@ -3,8 +3,10 @@
 // One translation unit per concern:
 //   stats.cpp        cheap counters behind fastfake.stats()
 //   fake.cpp         inspecting and building FakeTensor Python objects
-//   elementwise.cpp  the pointwise fast path (shape / stride / dtype / device)
-//   cache.cpp        the per-op result cache (static and symbolic shapes)
+//   elementwise.cpp  the pointwise fast path (signatures, admission, serving)
+//   elementwise_strides.cpp  its two stride rules (elementwise_internal.h)
+//   cache*.cpp       the per-op result cache (static and symbolic shapes; split by
+//                    concern, see cache_internal.h)
 //   keys.h           encoding Python values into integer keys (both of the above)
 //   compat.h         differences between torch releases (compile time)
 //   stock_counts.cpp stock's cache statistics for the calls served here
@@ -259,7 +261,7 @@ PyObject* try_elementwise(
 PyObject* elementwise_report();
 
 // ---------------------------------------------------------------------------
-// cache.cpp
+// cache*.cpp (the result cache)
 // ---------------------------------------------------------------------------
 // Same contract as try_elementwise; *served: rebuilt from a cache entry.
 PyObject* try_cache(

@@ -1,6 +1,6 @@
 """The result cache's Python half: reading stock's own cache entry after a miss.
 
-The C++ cache (csrc/cache.cpp) keys calls itself but never decides on its own what
+The C++ cache (csrc/cache*.cpp) keys calls itself but never decides on its own what
 an op returns or whether it may be cached: after the stock path has run a call,
 :func:`learn` looks up the entry stock's dispatch cache made for it and describes
 it to C++. Stock's bypass rules (data-dependent or dynamic output shapes,

@@ -497,9 +497,25 @@ def test_bypass_non_fake_tensor():
         return out
 
     _check(fn, _empty((4, 3)), mode_factory=lambda: FakeTensorMode(allow_non_fake_inputs=True))
-    for run in (1, 2):
-        d = trace.of(run)["mm"]
-        assert d == {"cache.bypass.non_fake_tensor": 2}, d
+    # The real argument is converted by the mode's converter (csrc/real_inputs.cpp),
+    # then the converted call is served: learned on the first call, a hit on the rest.
+    assert trace.of(1)["mm"] == {"cache.miss": 1, "cache.hit": 1}, trace.of(1)["mm"]
+    assert trace.of(2)["mm"] == {"cache.hit": 2}, trace.of(2)["mm"]
+    # With the conversion off (FASTFAKE_NO_REAL_INPUTS=1) such calls go to stock.
+    try:
+        mode = FakeTensorMode(allow_non_fake_inputs=True)
+        with mode:
+            w = torch.empty(4, 3)
+        fastfake.install()
+        fastfake._C.set_config(elementwise=True, cache=True, crosscheck=False, max_signatures_per_op=1024,
+                               cache_max_entries=1 << 16, real_inputs=False)
+        fastfake.reset_stats()
+        with mode:
+            torch.mm(w, real)
+        s = fastfake.stats()
+        assert s["real_inputs.stock.disabled"] == 1 and s["cache.hit"] == 0, s
+    finally:
+        fastfake.uninstall()
 
 
 def test_bypass_other_fake_mode():

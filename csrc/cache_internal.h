@@ -1,0 +1,172 @@
+// The result cache's internal types and the functions its translation units
+// share (csrc/cache*.cpp); not part of the extension's interface (fastfake.h).
+//
+//   cache.cpp          LRU store, entry validity, try_cache()
+//   cache_keys.cpp     keys: arguments, global state, SymNodes, ShapeEnv identities
+//   cache_learn.cpp    reading stock's entry description into an Entry
+//   cache_rebuild.cpp  building the outputs of a hit (static and symbolic)
+//   cache_synth.cpp    recipes of the validation tensors stock builds on a miss
+#pragma once
+
+#include "compat.h"
+#include "fastfake.h"
+#include "keys.h"
+
+#include <c10/core/StorageImpl.h>
+#include <c10/core/SymInt.h>
+
+#include <list>
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+namespace fastfake {
+namespace cache_detail {
+
+// ---------------------------------------------------------------------------
+// A symbolic tensor caches derived quantities (numel, contiguity flags) in its
+// c10::SymbolicShapeMeta once something asks for them. Stock's cache hit computes
+// some of them while building the output (`set_` asks for is_contiguous and numel)
+// inside fake dispatch, where no proxy mode traces the SymNode arithmetic; a
+// tensor that computes them later (say in `.contiguous()` under make_fx) traces it
+// and adds guards there. So outputs carry exactly the derived values stock's
+// output carries. Reading the meta and seeding numel need c10 internals that
+// differ by release: compat::shape_meta / compat::seed_numel (csrc/compat.h).
+// ---------------------------------------------------------------------------
+using compat::shape_meta;
+
+// An int-like of a symbolic output.
+struct SymVal {
+  enum Kind : uint8_t { Int, Input, New } kind = Int;
+  int64_t v = 0; // Int: the value; Input: the argument SymNode slot
+  // New: owned tuple (expr, pytype, hint, constant, fx_node, optimized_summation)
+  PyObject* fields = nullptr;
+};
+
+// Derived quantities cached in a SymbolicShapeMeta.
+enum Derived : uint8_t {
+  kNumel,
+  kContiguous,
+  kChannelsLastContiguous,
+  kChannelsLast3dContiguous,
+  kChannelsLast,
+  kChannelsLast3d,
+  kNonOverlappingAndDense,
+};
+
+struct SymShape {
+  std::vector<SymVal> sizes, strides;
+  SymVal offset, nbytes;
+  int64_t version = 0; // the output's version counter
+  std::vector<std::pair<Derived, SymVal>> derived; // what stock's output had computed
+  ~SymShape() {
+    for (auto* v : {&offset, &nbytes}) Py_CLEAR(v->fields);
+    for (auto* vec : {&sizes, &strides}) {
+      for (auto& v : *vec) Py_CLEAR(v.fields);
+    }
+    for (auto& d : derived) Py_CLEAR(d.second.fields);
+  }
+};
+
+struct OutSpec {
+  enum Kind : uint8_t { Inplace, None, Fresh, View } kind = None;
+  int64_t idx = -1; // in-place / view argument index
+  at::ScalarType dtype = at::ScalarType::Undefined;
+  std::vector<int64_t> sizes, strides;
+  int64_t offset = 0;
+  PyObject* device = nullptr; // owned torch.device
+  bool conj = false, neg = false;
+  std::shared_ptr<SymShape> sym; // symbolic entries: how to build every int-like
+};
+
+struct Entry {
+  bool negative = false;
+  Stat reason = CacheBypassStock; // counted when a negative entry is hit
+  bool tuple = false;
+  PyObject* func = nullptr; // owned: keeps the op id in the key valid
+  std::vector<OutSpec> outs;
+  // Symbolic entries: the ShapeEnv replacements this entry was checked against
+  // (its version, and the replacement of every symbol the entry involves).
+  long long env_version = -1;
+  PyObject* validity = nullptr; // owned, opaque to C++ (fastfake._cache)
+
+  void release() {
+    Py_CLEAR(func);
+    Py_CLEAR(validity);
+    for (auto& o : outs) Py_CLEAR(o.device);
+  }
+};
+
+
+// Key tags (numbers and strings use keys.h's).
+enum : int64_t {
+  kTensor = 101,
+  kTuple,
+  kList,
+  kDict,
+  kDtype,
+  kDevice,
+  kLayout,
+  kMemFormat,
+  kSymTensor,
+  kSym, // a SymNode seen first here: its value id
+  kSymRef, // a SymNode seen before in this key: its slot
+  kSymGlobal,
+};
+
+struct KeyCtx {
+  PyObject* mode;
+  Key key;
+  std::vector<const c10::StorageImpl*> storages; // for the aliasing pattern
+  Stat why = CacheBypassArgType;
+  // symbolic arguments
+  PyObject* shape_env = nullptr; // borrowed: the mode's
+  bool symbolic = false;
+  std::vector<PyObject*> nodes; // borrowed SymNodes, by first occurrence
+  std::vector<c10::SymInt> syms; // the same, as c10::SymInt (reused by outputs)
+};
+
+// ---- cache.cpp ----
+using Lru = std::list<std::pair<Key, Entry>>;
+extern Lru& g_lru;
+extern std::unordered_map<Key, Lru::iterator, KeyHash>& g_index;
+void store(Key&& key, Entry&& e);
+bool still_valid(const KeyCtx& ctx, Entry& e);
+long long class_counter(PyObject* name);
+
+// ---- cache_keys.cpp ----
+int64_t env_uid(PyObject* env);
+c10::SymInt symint_from_node(PyObject* node);
+bool encode(KeyCtx& ctx, PyObject* v, int depth);
+bool proxy_tracing();
+bool global_key(PyObject* mode, PyObject* func, Key& key);
+bool symbolic_key(KeyCtx& ctx);
+long long replacements_version(PyObject* env);
+
+// ---- cache_learn.cpp ----
+bool learn_symval(const KeyCtx& ctx, const c10::SymInt& x, SymVal& out);
+bool learn_derived(
+    const KeyCtx& ctx,
+    const c10::TensorImpl* impl,
+    std::vector<std::pair<Derived, SymVal>>& out);
+bool parse_entry(const KeyCtx& ctx, PyObject* desc, Entry& e);
+
+// ---- cache_rebuild.cpp ----
+bool make_symint(const KeyCtx& ctx, const SymVal& v, c10::SymInt& out);
+c10::Storage meta_storage(c10::SymInt nbytes);
+PyObject* build_symbolic(
+    const KeyCtx& ctx,
+    PyObject* mode,
+    c10::Storage storage,
+    at::ScalarType dtype,
+    PyObject* device,
+    c10::SymIntArrayRef sizes,
+    c10::SymIntArrayRef strides,
+    const c10::SymInt& offset,
+    const SymShape& m,
+    bool conj,
+    bool neg);
+PyObject* rebuild(PyObject* mode, PyObject* args, const KeyCtx& ctx, const Entry& e);
+
+} // namespace cache_detail
+} // namespace fastfake

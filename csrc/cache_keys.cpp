@@ -1,0 +1,355 @@
+// Result-cache keys: the op, the global state stock keys on and every argument,
+// SymNodes by value id and identity pattern, ShapeEnv identities.
+#include "cache_internal.h"
+
+#include <ATen/EmptyTensor.h>
+#include <c10/core/DefaultDtype.h>
+#include <c10/core/InferenceMode.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
+#include <torch/csrc/Device.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/Layout.h>
+#include <torch/csrc/MemoryFormat.h>
+#include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/tensor/python_tensor.h>
+#include <torch/csrc/utils/python_symnode.h>
+#include <c10/core/StorageImpl.h>
+#include <c10/core/SymInt.h>
+
+#include <cstring>
+#include <list>
+#include <unordered_map>
+
+namespace fastfake {
+namespace cache_detail {
+
+// ---------------------------------------------------------------------------
+// ShapeEnv identities: a process-unique id per live ShapeEnv (dropped by a weakref
+// callback when it dies, so a new ShapeEnv at the same address gets a new id).
+// ---------------------------------------------------------------------------
+struct EnvRec {
+  int64_t uid;
+  PyObject* weakref; // owned
+};
+std::unordered_map<PyObject*, EnvRec> g_envs;
+int64_t g_next_env_uid = 1;
+PyObject* g_last_env = nullptr;
+int64_t g_last_env_uid = 0;
+
+PyObject* env_gone(PyObject* /*self*/, PyObject* wr) {
+  for (auto it = g_envs.begin(); it != g_envs.end(); ++it) {
+    if (it->second.weakref == wr) {
+      if (g_last_env == it->first) {
+        g_last_env = nullptr;
+      }
+      PyObject* w = it->second.weakref;
+      g_envs.erase(it);
+      Py_DECREF(w);
+      break;
+    }
+  }
+  Py_RETURN_NONE;
+}
+
+PyMethodDef g_env_gone_def = {"_fastfake_shape_env_gone", env_gone, METH_O, nullptr};
+PyObject* g_env_gone_cb = nullptr;
+
+// 0 if the ShapeEnv cannot be tracked (no weakref support).
+int64_t env_uid(PyObject* env) {
+  if (env == g_last_env) {
+    return g_last_env_uid;
+  }
+  auto it = g_envs.find(env);
+  if (it == g_envs.end()) {
+    if (g_env_gone_cb == nullptr) {
+      g_env_gone_cb = PyCFunction_New(&g_env_gone_def, nullptr);
+      if (g_env_gone_cb == nullptr) {
+        PyErr_Clear();
+        return 0;
+      }
+    }
+    PyObject* wr = PyWeakref_NewRef(env, g_env_gone_cb);
+    if (wr == nullptr) {
+      PyErr_Clear();
+      return 0;
+    }
+    it = g_envs.emplace(env, EnvRec{g_next_env_uid++, wr}).first;
+  }
+  g_last_env = env;
+  g_last_env_uid = it->second.uid;
+  return it->second.uid;
+}
+
+c10::SymInt symint_from_node(PyObject* node) {
+  return c10::SymInt(c10::SymNode(c10::make_intrusive<torch::impl::PythonSymNodeImpl>(
+      py::reinterpret_borrow<py::object>(node))));
+}
+
+// Appends a SymNode: a back-reference if this key has seen the object before,
+// otherwise its interned value id (memoised on the node by fastfake._cache.sym_vid).
+bool push_node(KeyCtx& ctx, PyObject* node, const c10::SymInt* s) {
+  for (size_t i = 0; i < ctx.nodes.size(); ++i) {
+    if (ctx.nodes[i] == node) {
+      ctx.key.push_back(kSymRef);
+      ctx.key.push_back(static_cast<int64_t>(i));
+      return true;
+    }
+  }
+  if (!g_config.cache_symbolic || g_py.sym_vid_hook == nullptr) {
+    ctx.why = CacheBypassSymbolic;
+    return false;
+  }
+  if (ctx.shape_env == nullptr || instance_attr(node, g_py.s_shape_env) != ctx.shape_env) {
+    ctx.why = CacheBypassSymOther; // no ShapeEnv on the mode, or a foreign one
+    return false;
+  }
+  long long vid = -1;
+  PyObject* memo = instance_attr(node, g_py.s_fastfake_vid);
+  if (memo != nullptr) {
+    vid = PyLong_AsLongLong(memo);
+  } else {
+    PyObject* r = PyObject_CallOneArg(g_py.sym_vid_hook, node);
+    if (r != nullptr) {
+      vid = PyLong_AsLongLong(r);
+      Py_DECREF(r);
+    }
+  }
+  if (vid < 0) {
+    PyErr_Clear();
+    ctx.why = CacheBypassSymOther;
+    return false;
+  }
+  ctx.key.push_back(kSym);
+  ctx.key.push_back(vid);
+  ctx.nodes.push_back(node);
+  try {
+    ctx.syms.push_back(s != nullptr ? *s : symint_from_node(node));
+  } catch (...) {
+    PyErr_Clear();
+    ctx.why = CacheBypassSymOther;
+    return false;
+  }
+  ctx.symbolic = true;
+  return true;
+}
+
+bool push_symint(KeyCtx& ctx, const c10::SymInt& s) {
+  if (!s.is_heap_allocated()) {
+    ctx.key.push_back(kKeyInt);
+    ctx.key.push_back(s.as_int_unchecked());
+    return true;
+  }
+  PyObject* node = py_sym_node(s.toSymNodeImplUnowned());
+  if (node == nullptr) {
+    ctx.why = CacheBypassSymOther;
+    return false;
+  }
+  return push_node(ctx, node, &s);
+}
+
+bool encode(KeyCtx& ctx, PyObject* v, int depth) {
+  Key& key = ctx.key;
+  if (depth > 8) return false;
+  if (is_fake_exact(v)) {
+    if (instance_attr(v, g_py.s_fake_mode) != ctx.mode) {
+      ctx.why = CacheBypassOtherMode;
+      return false;
+    }
+    PyObject* constant = instance_attr(v, g_py.s_constant);
+    if (constant != nullptr && constant != Py_None) {
+      ctx.why = CacheBypassConstant;
+      return false;
+    }
+    PyObject* dev = instance_attr(v, g_py.s_fake_device);
+    if (dev == nullptr || !THPDevice_Check(dev)) return false;
+    if (has_own_dispatch_keys(v)) {
+      ctx.why = CacheBypassLayout; // e.g. a fake mkldnn tensor (2.14+)
+      return false;
+    }
+    const at::Tensor& t = THPVariable_Unpack(v);
+    const c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+    if (impl->layout() != at::kStrided || impl->is_quantized() || impl->is_nested() ||
+        !impl->has_storage()) {
+      ctx.why = CacheBypassLayout;
+      return false;
+    }
+    const bool symbolic = impl->has_symbolic_sizes_strides();
+    const c10::Device& d = reinterpret_cast<THPDevice*>(dev)->device;
+    key.push_back(symbolic ? kSymTensor : kTensor);
+    key.push_back(static_cast<int64_t>(impl->dtype().toScalarType()));
+    key.push_back(device_code(d));
+    if (!symbolic) {
+      const auto sizes = impl->sizes();
+      const auto strides = impl->strides();
+      key.push_back(static_cast<int64_t>(sizes.size()));
+      key.insert(key.end(), sizes.begin(), sizes.end());
+      key.insert(key.end(), strides.begin(), strides.end());
+      key.push_back(impl->storage_offset());
+    } else {
+      const auto sizes = impl->sym_sizes();
+      const auto strides = impl->sym_strides();
+      key.push_back(static_cast<int64_t>(sizes.size()));
+      for (const auto& x : sizes) {
+        if (!push_symint(ctx, x)) return false;
+      }
+      for (const auto& x : strides) {
+        if (!push_symint(ctx, x)) return false;
+      }
+      if (!push_symint(ctx, impl->sym_storage_offset())) return false;
+    }
+    const c10::StorageImpl* st = impl->storage().unsafeGetStorageImpl();
+    if (!push_symint(ctx, st->sym_nbytes())) return false;
+    key.push_back(
+        (t.requires_grad() ? 1 : 0) | (impl->is_conj() ? 2 : 0) | (impl->is_neg() ? 4 : 0) |
+        (t.is_inference() ? 8 : 0));
+    int64_t alias = -1;
+    for (size_t i = 0; i < ctx.storages.size(); ++i) {
+      if (ctx.storages[i] == st) {
+        alias = static_cast<int64_t>(i);
+        break;
+      }
+    }
+    key.push_back(alias);
+    ctx.storages.push_back(st);
+    return true;
+  }
+  if (THPVariable_Check(v)) {
+    ctx.why = CacheBypassNonFake;
+    return false;
+  }
+  if (v == Py_None) {
+    key.push_back(kKeyNone);
+    return true;
+  }
+  if (g_py.symint_type != nullptr && Py_TYPE(v) == reinterpret_cast<PyTypeObject*>(g_py.symint_type)) {
+    PyObject* node = instance_attr(v, g_py.s_node);
+    if (node == nullptr || g_py.symnode_type == nullptr ||
+        Py_TYPE(node) != reinterpret_cast<PyTypeObject*>(g_py.symnode_type)) {
+      ctx.why = CacheBypassSymOther;
+      return false;
+    }
+    return push_node(ctx, node, nullptr);
+  }
+  switch (push_number(v, key)) {
+    case NumberKey::Ok:
+      return true;
+    case NumberKey::Symbolic:
+      ctx.why = CacheBypassSymScalar; // SymFloat / SymBool: stock bypasses too
+      return false;
+    case NumberKey::NotANumber:
+      break;
+  }
+  if (PyUnicode_CheckExact(v)) {
+    return push_str(v, key);
+  }
+  if (PyTuple_CheckExact(v) || PyList_CheckExact(v)) {
+    const bool is_tuple = PyTuple_CheckExact(v);
+    const Py_ssize_t n = is_tuple ? PyTuple_GET_SIZE(v) : PyList_GET_SIZE(v);
+    key.push_back(is_tuple ? kTuple : kList);
+    key.push_back(n);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      if (!encode(ctx, is_tuple ? PyTuple_GET_ITEM(v, i) : PyList_GET_ITEM(v, i), depth + 1)) {
+        return false;
+      }
+    }
+    return true;
+  }
+  if (THPDtype_Check(v)) {
+    key.push_back(kDtype);
+    key.push_back(static_cast<int64_t>(reinterpret_cast<THPDtype*>(v)->scalar_type));
+    return true;
+  }
+  if (THPDevice_Check(v)) {
+    const c10::Device& d = reinterpret_cast<THPDevice*>(v)->device;
+    if (!d.has_index() && !d.is_cpu() && !d.is_meta()) {
+      // "The current accelerator": which one depends on ambient state (stock
+      // 2.14+ pins it in its key, earlier releases do not); left to stock.
+      ctx.why = CacheBypassDeviceIndex;
+      return false;
+    }
+    key.push_back(kDevice);
+    key.push_back(device_code(d));
+    return true;
+  }
+  if (THPLayout_Check(v)) {
+    key.push_back(kLayout);
+    key.push_back(static_cast<int64_t>(reinterpret_cast<THPLayout*>(v)->layout));
+    return true;
+  }
+  if (THPMemoryFormat_Check(v)) {
+    key.push_back(kMemFormat);
+    key.push_back(static_cast<int64_t>(reinterpret_cast<THPMemoryFormat*>(v)->memory_format));
+    return true;
+  }
+  ctx.why = CacheBypassArgType;
+  return false;
+}
+
+bool proxy_tracing() {
+  if (c10::impl::TorchDispatchModeTLS::get_mode(c10::impl::TorchDispatchModeKey::PROXY)
+          .has_value()) {
+    return true;
+  }
+  PyObject* pre = g_py.pre_dispatch_infra_modes;
+  return pre != nullptr && PyList_Check(pre) && PyList_GET_SIZE(pre) > 0 &&
+      PyList_GET_ITEM(pre, 0) != Py_None;
+}
+
+bool global_key(PyObject* mode, PyObject* func, Key& key) {
+  key.push_back(reinterpret_cast<intptr_t>(func));
+  key.push_back(static_cast<int64_t>(c10::typeMetaToScalarType(c10::get_default_dtype())));
+  key.push_back(static_cast<int64_t>(torch::tensors::get_default_dispatch_key()));
+  key.push_back(c10::InferenceMode::is_enabled());
+  key.push_back(proxy_tracing());
+  PyObject* shape_env = instance_attr(mode, g_py.s_shape_env);
+  if (shape_env == nullptr || shape_env == Py_None) {
+    key.push_back(0);
+    return true;
+  }
+  PyObject* settings = PyObject_GetAttr(shape_env, g_py.s_settings);
+  if (settings == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  const Py_hash_t h = PyObject_Hash(settings);
+  Py_DECREF(settings);
+  if (h == -1) {
+    PyErr_Clear();
+    return false;
+  }
+  key.push_back(1);
+  key.push_back(static_cast<int64_t>(h));
+  return true;
+}
+
+// Appended to keys that contain SymNodes.
+bool symbolic_key(KeyCtx& ctx) {
+  PyObject* env = ctx.shape_env;
+  PyObject* tv = instance_attr(env, g_py.s_translation_validation);
+  if (tv != nullptr && tv != Py_False) {
+    ctx.why = CacheBypassSymOther; // SymNodes carry FX nodes then
+    return false;
+  }
+  // Not the mode's epoch: stock appends it only when its key state already knows
+  // symbols, which it never does at that point, so stock's key ignores it too
+  // (AOTAutograd bumps the epoch between its passes).
+  const int64_t uid = env_uid(env);
+  if (uid == 0) {
+    ctx.why = CacheBypassSymOther;
+    return false;
+  }
+  ctx.key.push_back(kSymGlobal);
+  ctx.key.push_back(uid);
+  return true;
+}
+
+long long replacements_version(PyObject* env) {
+  PyObject* v = instance_attr(env, g_py.s_replacements_version);
+  if (v == nullptr) return -1;
+  const long long r = PyLong_AsLongLong(v);
+  if (r == -1) PyErr_Clear();
+  return r;
+}
+
+} // namespace cache_detail
+} // namespace fastfake
