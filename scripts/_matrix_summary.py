@@ -11,7 +11,8 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
-PARITY_FILES = ("opinfo", "properties", "parity", "symbolic", "errors", "crosscheck", "selftest")
+PARITY_FILES = ("opinfo", "properties", "parity", "symbolic", "errors", "crosscheck", "selftest", "stateful",
+                "hostile", "stock_cache", "real_inputs")
 
 
 def main(junit: str, src: str) -> str:
