@@ -62,7 +62,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--inner", type=int, default=5,
                    help="calls per repetition for warm workloads (fake_forward); default 5")
     p.add_argument("--json", metavar="OUT.json", help="write all measurements as JSON")
-    p.add_argument("--plot", metavar="OUT.png", help="bar chart of stock vs fastfake medians (needs matplotlib)")
+    p.add_argument("--plot", metavar="OUT.png",
+                   help="speedup per workload and model, with the roofline (needs matplotlib)")
+    p.add_argument("--replot", metavar="IN.json", help="only draw --plot (default IN.png) from a --json file")
     p.add_argument("--check-graphs", action="store_true",
                    help="also capture the FX graphs under both implementations and fail if they differ")
     p.add_argument("--no-dispatch-share", action="store_true",
@@ -355,7 +357,9 @@ def print_report(rows: list[dict], args) -> None:
               "compiles; torch_xla's computation cache is emptied before every repetition.")
 
 
-def plot(rows: list[dict], path: str) -> None:
+def plot(rows: list[dict], path: str, title: str = "") -> None:
+    """One panel per workload: fastfake's speedup over stock per model (bars,
+    labelled), the FakeTensorMode roofline of the row (black tick) and 1x (dashed)."""
     try:
         import matplotlib
 
@@ -364,26 +368,48 @@ def plot(rows: list[dict], path: str) -> None:
     except Exception:
         _log(f"note: matplotlib is not importable; no plot written to {path}")
         return
-    rows = [r for r in rows if r.get("stock_median_s") and r.get("fastfake_median_s")]
-    labels = [f"{r['model']}\n{r['workload']}" for r in rows]
-    xs = range(len(rows))
-    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(rows)), 4.5))
-    ax.bar([x - 0.2 for x in xs], [r["stock_median_s"] for r in rows], 0.4, label="stock")
-    ax.bar([x + 0.2 for x in xs], [r["fastfake_median_s"] for r in rows], 0.4, label="fastfake")
-    for x, r in zip(xs, rows):
-        ax.text(x + 0.2, r["fastfake_median_s"], f"{r['speedup']:.2f}x", ha="center", va="bottom", fontsize=7)
-    ax.set_xticks(list(xs))
-    ax.set_xticklabels(labels, fontsize=7)
-    ax.set_ylabel("median seconds")
-    ax.set_title("trace time: stock FakeTensorMode vs fastfake")
-    ax.legend()
+    rows = [r for r in rows if r.get("speedup")]
+    workloads = list(dict.fromkeys(r["workload"] for r in rows))
+    if not workloads:
+        _log(f"note: nothing to plot; no plot written to {path}")
+        return
+    fig, axes = plt.subplots(1, len(workloads), figsize=(3.4 * len(workloads), 3.6), squeeze=False)
+    for ax, wl in zip(axes[0], workloads):
+        rs = [r for r in rows if r["workload"] == wl]
+        xs = range(len(rs))
+        ax.bar(xs, [r["speedup"] for r in rs], 0.6, color="tab:orange")
+        top = max(max(r["speedup"] for r in rs), 1.0) * 1.25
+        for x, r in zip(xs, rs):
+            ax.text(x, r["speedup"], f"{r['speedup']:.2f}x", ha="center", va="bottom", fontsize=7)
+            roof = (r.get("dispatch_share") or {}).get("roofline_speedup")
+            if roof and roof <= top:
+                ax.plot([x - 0.3, x + 0.3], [roof, roof], color="black", linewidth=1.5)
+            elif roof:  # off the scale: marked at the top with its value
+                ax.plot([x - 0.3, x + 0.3], [top * 0.97] * 2, color="black", linewidth=1.5, linestyle=":")
+                ax.text(x, top * 0.97, f"{roof:.0f}x", ha="center", va="top", fontsize=6)
+        ax.axhline(1.0, color="grey", linestyle="--", linewidth=0.8)
+        ax.set_xticks(list(xs))
+        ax.set_xticklabels([r["model"] for r in rs], fontsize=8)
+        ax.set_title(wl, fontsize=9)
+        ax.set_ylim(0, top)
+    axes[0][0].set_ylabel("speedup over stock (x)")
+    fig.suptitle(title or "fastfake vs stock FakeTensorMode: trace-time speedup "
+                 "(bars; black tick: FakeTensorMode roofline)", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(path, dpi=110)
     _log(f"plot written to {path}")
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if args.replot:
+        with open(args.replot) as fh:
+            data = json.load(fh)
+        meta = data.get("meta", {})
+        plot(data["rows"], args.plot or os.path.splitext(args.replot)[0] + ".png",
+             f"fastfake vs stock, torch {meta.get('torch', '?')}, size {meta.get('size', '?')}: trace-time "
+             "speedup (bars; black tick: FakeTensorMode roofline)")
+        return 0
     if args.list:
         for n in MODEL_NAMES:
             print(f"model    {n:18s} [{MODELS[n].backend()}] {MODELS[n].description}")
@@ -440,7 +466,8 @@ def main(argv=None) -> int:
             json.dump({"meta": meta, "rows": rows}, fh, indent=1, default=str)
         _log(f"results written to {args.json}")
     if args.plot:
-        plot(rows, args.plot)
+        plot(rows, args.plot, f"fastfake vs stock, torch {torch.__version__}, size {args.size}: trace-time "
+             "speedup (bars; black tick: FakeTensorMode roofline)")
 
     rc = 0
     bad_graphs = [r for r in rows if r.get("graphs_identical") is False or r.get("outputs_identical") is False]
