@@ -141,30 +141,33 @@ PyObject* fast_dispatch_call(
     }
   }
 
+  // The elementwise path, then the result cache, then stock. *served: built here.
+  auto serve = [&](PyObject* a, PyObject* kw, bool* served) -> PyObject* {
+    bool handled = false;
+    PyObject* r = try_elementwise(mode, func, types, a, kw, &handled, served);
+    if (handled || PyErr_Occurred()) return handled ? r : nullptr;
+    r = try_cache(mode, func, types, a, kw, &handled, served);
+    if (handled || PyErr_Occurred()) return handled ? r : nullptr;
+    return call_stock_dispatch(mode, func, types, a, kw);
+  };
+
   // Non-fake tensor arguments (allow_non_fake_inputs): converted as stock converts
   // them, then the converted call is served like any other (real_inputs.cpp).
   PyObject* conv_args = nullptr;
   PyObject* conv_kwargs = nullptr;
+  bool served = false;
   switch (convert_real_inputs(mode, func, args, kwargs, &conv_args, &conv_kwargs)) {
     case RealInputs::Stock:
       return call_stock_dispatch(mode, func, types, args, kwargs);
     case RealInputs::Converted: {
-      PyObject* a = conv_args;
       PyObject* kw = conv_kwargs ? conv_kwargs : kwargs;
       const bool was = g_stock_counts.non_fake_call;
       g_stock_counts.non_fake_call = true;
-      bool handled = false, served = false;
-      PyObject* r = try_elementwise(mode, func, types, a, kw, &handled, &served);
-      if (!handled && !PyErr_Occurred()) {
-        r = try_cache(mode, func, types, a, kw, &handled, &served);
-      }
-      if (!handled && !PyErr_Occurred()) {
-        r = call_stock_dispatch(mode, func, types, a, kw);
-      }
+      PyObject* r = serve(conv_args, kw, &served);
       g_stock_counts.non_fake_call = was;
       if (r != nullptr && served) {
         // crosscheck recomputes with the converted arguments (what stock runs too)
-        args = a;
+        args = conv_args;
         kwargs = kw;
         r = finish(r);
       }
@@ -175,23 +178,8 @@ PyObject* fast_dispatch_call(
     case RealInputs::None:
       break;
   }
-
-  bool handled = false, served = false;
-  PyObject* r = try_elementwise(mode, func, types, args, kwargs, &handled, &served);
-  if (handled) {
-    return (r != nullptr && served) ? finish(r) : r;
-  }
-  if (PyErr_Occurred()) {
-    return nullptr;
-  }
-  r = try_cache(mode, func, types, args, kwargs, &handled, &served);
-  if (handled) {
-    return (r != nullptr && served) ? finish(r) : r;
-  }
-  if (PyErr_Occurred()) {
-    return nullptr;
-  }
-  return call_stock_dispatch(mode, func, types, args, kwargs);
+  PyObject* r = serve(args, kwargs, &served);
+  return (r != nullptr && served) ? finish(r) : r;
 }
 
 PyObject* fast_dispatch_descr_get(PyObject* self, PyObject* obj, PyObject* /*type*/) {

@@ -82,6 +82,14 @@ def _norm_num(x: Any) -> Any:
     return x
 
 
+def error_outcome(exc: BaseException) -> tuple[str, str, str]:
+    """An exception as comparable data: type and message, without what differs
+    between two runs of the same call (object addresses; the caller's traceback
+    torch 2.9 appends to argument-parsing errors as "Python error details")."""
+    msg = re.sub(r"0x[0-9a-f]+", "0x?", str(exc)).split("Python error details")[0]
+    return ("error", type(exc).__name__, msg)
+
+
 def _plain(v: Any) -> Any:
     """A comparable, mode-independent description of a non-tensor value."""
     if v is None or isinstance(v, (bool, str)):
@@ -537,7 +545,11 @@ def sym_structure(outcome: Outcome) -> dict[str, Any]:
 
 def shape_env_state(outcome: Outcome) -> dict[str, Any]:
     """Guards (in order), ranges, replacements and deferred runtime asserts."""
-    env = outcome.mode.shape_env
+    return shape_env_fields(outcome.mode.shape_env)
+
+
+def shape_env_fields(env: Any) -> dict[str, Any]:
+    """shape_env_state() of a ShapeEnv itself."""
     return {
         "guards": [str(g.expr) for g in env.guards],
         "var_to_range": {str(k): str(v) for k, v in env.var_to_range.items()},

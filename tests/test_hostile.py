@@ -12,7 +12,6 @@ shrinks a failing call.
 """
 from __future__ import annotations
 
-import re
 
 import pytest
 import torch
@@ -78,12 +77,7 @@ def _materialise(spec, mode, other):
 
 def _describe(ok: bool, value):
     if not ok:
-        # Object addresses differ by run, and torch 2.9 appends the Python traceback
-        # of an argument-parsing error ("Python error details: ..."), whose frames
-        # are the caller's lines (stock's and fastfake's runs are called from
-        # different lines here).
-        msg = re.sub(r"0x[0-9a-f]+", "0x?", str(value)).split("Python error details")[0]
-        return ("error", type(value).__name__, msg)
+        return parity.error_outcome(value)
     return ("ok", parity.describe_value(value, []))
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import random
-import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -210,18 +209,10 @@ class World:
     def describe(self, ok: bool, value: Any, inputs: tuple) -> Any:
         fastfake.uninstall()  # describe with stock's own properties
         if not ok:  # object addresses in messages (e.g. two modes) differ by world
-            return ("error", type(value).__name__, re.sub(r"0x[0-9a-f]+", "0x?", str(value)))
+            return parity.error_outcome(value)
         desc = parity.describe_value(value, list(inputs), self.modes[0])
         if self.symbolic:
-            env = self.modes[0].shape_env
-            desc["shape_env"] = {
-                "guards": [str(g.expr) for g in env.guards],
-                "var_to_range": {str(k): str(v) for k, v in env.var_to_range.items()},
-                "replacements": {str(k): str(v) for k, v in env.replacements.items()},
-                "deferred_runtime_asserts": {
-                    str(k): [str(r.expr) for r in v] for k, v in env.deferred_runtime_asserts.items()
-                },
-            }
+            desc["shape_env"] = parity.shape_env_fields(self.modes[0].shape_env)
         return desc
 
 
