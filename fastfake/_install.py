@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import _C, _compat, _selftest, _stock_cache
+from . import _C, _compat, _functional, _selftest, _stock_cache
 from ._compat import SUPPORTED_TORCH_VERSIONS
 
 log = logging.getLogger("fastfake")
@@ -166,6 +166,9 @@ def install(
       also wraps ``FakeTensorMode._output_from_cache_entry`` (pass-through capture
       of the tensor stock synthesises on a symbolic miss).
       ``FASTFAKE_NO_SYMBOLIC_CACHE=1`` keeps symbolic calls out of it.
+      With it, the storage size of AOTAutograd's ``FunctionalTensor`` wrappers
+      over symbolic fakes is memoised per ShapeEnv (:mod:`fastfake._functional`;
+      ``FASTFAKE_NO_FUNCTIONAL_MEMO=1`` turns that off).
     * under ``allow_non_fake_inputs=True`` both serve calls with real tensor
       arguments after converting them with the mode's own converter, as stock does
       (``FASTFAKE_NO_REAL_INPUTS=1`` leaves such calls to stock).
@@ -212,6 +215,10 @@ def install(
         real_inputs=not _env_flag("FASTFAKE_NO_REAL_INPUTS"),
     )
     _apply(ft, opts)
+    if opts.cache and _functional_memo_allowed(_State.selftest):
+        _functional.install(crosscheck=opts.crosscheck)
+    else:
+        _functional.uninstall()
     _State.options = opts
     _State.requested = requested
 
@@ -222,6 +229,10 @@ def _symbolic_cache_allowed(report) -> bool:
         and _compat.shape_env_counts_replacements()
         and report.passed.get("cache_symbolic", False)
     )
+
+
+def _functional_memo_allowed(report) -> bool:
+    return not _env_flag("FASTFAKE_NO_FUNCTIONAL_MEMO") and report.passed.get("functional_storage", False)
 
 
 def _apply(ft, opts: Options) -> None:
@@ -270,13 +281,16 @@ def _run_selftest(ft) -> _selftest.Report:
             cache_symbolic=feature == "cache_symbolic",
         )
         _apply(ft, Options(elementwise=True, cache=feature != "elementwise", device=True))
+        if feature == "functional_storage":
+            _functional.install()
         try:
             yield
         finally:
+            _functional.uninstall()
             _apply(ft, Options(elementwise=False, cache=False, device=False))
             _configure_off()
 
-    features = ["elementwise", "cache", "device"]
+    features = ["elementwise", "cache", "device", "functional_storage"]
     if _compat.shape_env_counts_replacements():
         features.append("cache_symbolic")
     report = _selftest.run(only, _original(ft.FakeTensor, "device"), features)
@@ -334,6 +348,7 @@ def _configure_off() -> None:
 def uninstall() -> None:
     """Restore every patched attribute to the identical original object."""
     _stock_cache.detach()
+    _functional.uninstall()
     for (cls, name), original in _State.originals.items():
         if cls.__dict__.get(name) is not original:
             setattr(cls, name, original)
@@ -383,5 +398,7 @@ def selftest_report() -> dict | None:
 
 def cache_clear() -> None:
     """Drop every entry of fastfake's result cache (stock's is untouched;
-    ``FakeTensorMode.cache_clear()`` clears both)."""
+    ``FakeTensorMode.cache_clear()`` clears both), and the FunctionalTensor
+    storage sizes memoised per ShapeEnv."""
     _C.cache_clear()
+    _functional.clear()

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import optree
 import torch
 
-from . import _C, _compat
+from . import _C, _compat, _functional
 
 #: fastfake features and the counter that shows each one served a result.
 FEATURES = {
@@ -39,6 +39,7 @@ FEATURES = {
     "cache": "cache.hit",
     "cache_symbolic": "cache.symbolic.hit",
     "device": "device.fast",
+    "functional_storage": "functional.storage.hit",
 }
 
 
@@ -107,19 +108,21 @@ def _cache_program(mode, dev: str) -> list:
     return out
 
 
-def _symbolic_program(mode, dev: str) -> list:
+def _symbolic_input(mode, dev: str, *shape: int) -> torch.Tensor:
+    """A fake tensor of ``shape`` with every dimension a new symbol."""
     from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
 
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
-    def sym(*shape):
-        ctx = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC] * len(shape))
-        with unset_fake_temporarily():  # the real tensor is made outside the fake mode
-            real = torch.empty(*shape, device=dev)
-        return mode.from_tensor(real, symbolic_context=ctx)
+    ctx = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC] * len(shape))
+    with unset_fake_temporarily():  # the real tensor is made outside the fake mode
+        real = torch.empty(*shape, device=dev)
+    return mode.from_tensor(real, symbolic_context=ctx)
 
-    x = sym(6, 8)
-    w = sym(8, 4)
+
+def _symbolic_program(mode, dev: str) -> list:
+    x = _symbolic_input(mode, dev, 6, 8)
+    w = _symbolic_input(mode, dev, 8, 4)
     out = []
     for _ in range(2):
         out.append(("mm", (x, w), torch.mm(x, w)))
@@ -132,6 +135,24 @@ def _symbolic_program(mode, dev: str) -> list:
     return out
 
 
+def _functional_program(mode, dev: str) -> list:
+    """FunctionalTensor wrappers (AOTAutograd's functionalization) over symbolic
+    fakes: their storage sizes, views with an offset, an op that guards."""
+    from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
+
+    x = _symbolic_input(mode, dev, 6, 8)
+    out = []
+    with FunctionalTensorMode():
+        xf = FunctionalTensor.to_functional(x)
+        for _ in range(2):
+            out.append(("add", (xf,), xf + xf))
+            out.append(("transpose", (xf,), xf.t()))
+            out.append(("slice", (xf,), xf[:, 1:]))
+            out.append(("view", (xf,), xf.view(xf.shape[0] * xf.shape[1])))
+            out.append(("mm", (xf,), torch.mm(xf, xf.t())))
+    return out
+
+
 # (feature, program, needs a ShapeEnv, devices it runs on)
 def _groups() -> list[tuple[str, Program, bool, tuple[str, ...]]]:
     accel = ["cuda"]
@@ -141,6 +162,7 @@ def _groups() -> list[tuple[str, Program, bool, tuple[str, ...]]]:
         ("elementwise", _elementwise_program, False, ("cpu", *accel)),
         ("cache", _cache_program, False, ("cpu", *accel)),
         ("cache_symbolic", _symbolic_program, True, ("cpu",)),
+        ("functional_storage", _functional_program, True, ("cpu",)),
     ]
 
 
@@ -170,7 +192,9 @@ class _Describer:
             "type": type(t).__qualname__,
             "sizes, strides, offset, nbytes": [self._int_like(v, nodes) for v in ints(t)],
             "dtype": t.dtype,
-            "device (stock property)": self.stock_device.__get__(t, type(t)),
+            "device (stock property)": (
+                self.stock_device.__get__(t, type(t)) if hasattr(t, "fake_mode") else t.device
+            ),
             "device (as served)": t.device,
             "layout": t.layout,
             "requires_grad": t.requires_grad,
@@ -293,6 +317,7 @@ def run(
     report = Report(torch_version=torch.__version__, built_for=_C.built_for())
     t0 = time.perf_counter()
     counters_before = [v for _, v in _C.counters()]
+    functional_before = _functional.counters()
     device_ok = True
     device_msg = ""
     device_served = 0
@@ -308,9 +333,11 @@ def run(
                         report.skipped.append(f"{feature} on {dev}: stock raised {type(stock).__name__}")
                         continue
                     _C.reset_counters()
+                    _functional.reset_counters()
                     with fast(feature):
                         got = _run(program, dev, symbolic, stock_device)
                     counts = dict(_C.counters())
+                    counts.update(_functional.counters())
                     served += counts[FEATURES[feature]]
                     device_served += counts[FEATURES["device"]]
                     diff = _first_difference(stock, got)
@@ -330,6 +357,8 @@ def run(
         _C.cache_clear()
         _C.forget_signatures()
         _C.set_counters(counters_before)
+        _functional.clear()
+        _functional.set_counters(functional_before)
     report.passed["device"] = device_ok
     report.served["device"] = device_served
     if not device_ok:

@@ -1,7 +1,7 @@
 """Counters: fastfake.stats() / fastfake.reset_stats()."""
 from __future__ import annotations
 
-from . import _C
+from . import _C, _functional
 
 
 def stats() -> dict[str, int]:
@@ -17,6 +17,7 @@ def stats() -> dict[str, int]:
     that passed without serving any of its programs itself.
     """
     out = {name: int(value) for name, value in _C.counters()}
+    out.update(_functional.counters())
     from ._install import _State
 
     report = _State.selftest
@@ -30,6 +31,7 @@ def stats() -> dict[str, int]:
 def reset_stats() -> None:
     """Set every counter back to zero."""
     _C.reset_counters()
+    _functional.reset_counters()
 
 
 def elementwise_report() -> dict[str, dict]:

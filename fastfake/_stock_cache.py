@@ -34,7 +34,7 @@ import contextlib
 import dataclasses
 from collections.abc import Iterator
 
-from . import _C
+from . import _C, _functional
 
 
 def flush() -> None:
@@ -83,6 +83,7 @@ def make_cache_clear(original: classmethod) -> classmethod:
         stock(cls)
         _C.stock_cache_cleared()
         _C.cache_clear()
+        _functional.clear()
 
     cache_clear.__doc__ = stock.__doc__
     cache_clear.__qualname__ = stock.__qualname__

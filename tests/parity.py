@@ -574,3 +574,22 @@ def assert_symbolic_parity(both: Both, context: str = "", *, with_aliasing: bool
                     f"fastfake differs from stock ({context} fastfake run {i}) in {name}:\n  "
                     + "\n  ".join(out[:20])
                 )
+
+
+def clear_shape_env_lru_caches() -> None:
+    """Clear torch's own lru caches on ShapeEnv methods, which keep a dead ShapeEnv
+    alive until evicted (only those: on 2.14+ Dynamo's polyfill registry is
+    lru-cached too, and clearing it breaks later compiles)."""
+    import functools
+    import gc
+    import warnings
+
+    gc.collect()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # deprecated module attributes seen by the scan
+        for o in gc.get_objects():
+            if isinstance(o, functools._lru_cache_wrapper) and getattr(o, "__module__", "").startswith(
+                "torch.fx.experimental"
+            ):
+                o.cache_clear()
+    gc.collect()

@@ -9,9 +9,6 @@ deferred asserts.
 """
 from __future__ import annotations
 
-import functools
-import gc
-import warnings
 import weakref
 
 import pytest
@@ -175,17 +172,7 @@ def test_dead_shape_env_is_not_kept_alive():
 
     env, mode = run()
     assert fastfake._C.cache_size() > 0
-    gc.collect()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # deprecated module attributes seen by the scan
-        # torch's own lru caches on ShapeEnv methods (only those: on 2.14+ Dynamo's
-        # polyfill registry is lru-cached too, and clearing it breaks later compiles)
-        for o in gc.get_objects():
-            if isinstance(o, functools._lru_cache_wrapper) and getattr(o, "__module__", "").startswith(
-                "torch.fx.experimental"
-            ):
-                o.cache_clear()
-    gc.collect()
+    parity.clear_shape_env_lru_caches()
     assert env() is None and mode() is None
 
 

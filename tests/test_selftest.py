@@ -32,7 +32,7 @@ def test_passes_here_and_every_feature_served():
     report = fastfake.selftest_report()
     assert report is not None
     assert report["failures"] == {}
-    expected = {"elementwise", "cache", "device"}
+    expected = {"elementwise", "cache", "device", "functional_storage"}
     if _compat.shape_env_counts_replacements():
         expected.add("cache_symbolic")
     assert set(report["passed"]) == expected
@@ -227,3 +227,30 @@ def test_xla_device_in_selftest():
     assert r.returncode == 0, r.stderr[-3000:]
     assert "xla" not in r.stdout.split("skipped:")[1], r.stdout
     assert "False" not in r.stdout, r.stdout
+
+
+def test_wrong_functional_storage_size_is_caught():
+    """A memoised FunctionalTensor storage size that differs from what stock
+    computes (fault injection: one byte more) turns that feature off, naming the
+    field; the rest stays on."""
+    r = _in_subprocess(
+        """
+        import warnings
+        import fastfake
+        from fastfake import _functional
+        _functional._setup()
+        real = _functional._State.sym_node
+        _functional._State.sym_node = lambda e, env, t, h, **kw: real(e + 1, env, t, h + 1, **kw)
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            fastfake.install()
+        print("passed:", fastfake.selftest_report()["passed"])
+        print("warned:", [str(x.message) for x in w])
+        print("memo installed:", _functional.is_installed())
+        """
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = r.stdout
+    assert "'functional_storage': False" in out and "'cache': True" in out, out
+    assert "nbytes" in out, out
+    assert "memo installed: False" in out, out
