@@ -90,7 +90,10 @@ PyObject* fast_dispatch_call(
   PyObject* kwargs = nargs == 5 ? argv[4] : nullptr;
 
   // A result built here (not by stock): keep stock's call counter, then verify
-  // it against stock when crosscheck is on.
+  // it against stock when crosscheck is on. Stock's verifying call counts itself
+  // in stock's cache statistics exactly as stock alone would have, so what this
+  // call added to them here is taken back first.
+  const StockCounts counts_before = g_stock_counts;
   auto finish = [&](PyObject* r) -> PyObject* {
     if (!count_dispatch()) {
       Py_DECREF(r);
@@ -111,6 +114,7 @@ PyObject* fast_dispatch_call(
     if ((g_config.crosscheck || (stock_xcheck != nullptr && stock_xcheck != Py_False)) &&
         g_py.crosscheck_hook != nullptr) {
       bump(CrossChecked);
+      stock_counts_restore(counts_before);
       PyObject* cargv[6] = {mode, func, types, args, kwargs ? kwargs : Py_None, r};
       PyObject* ok = PyObject_Vectorcall(g_py.crosscheck_hook, cargv, 6, nullptr);
       if (ok == nullptr) {

@@ -306,6 +306,14 @@ inline void stock_count_hit() {
 void stock_count_served(uint64_t call);
 // Stock ran this call itself (and now holds an entry for it).
 void stock_count_seen(uint64_t call);
+// Take back the counts added since `before` (stock is about to count the call
+// itself, when crosscheck re-runs it).
+inline void stock_counts_restore(const StockCounts& before) {
+  g_stock_counts.hits = before.hits;
+  g_stock_counts.misses = before.misses;
+  g_stock_counts.non_fake_bypasses = before.non_fake_bypasses;
+  g_stock_counts.entries = before.entries;
+}
 // Stock's cache was cleared.
 void stock_counts_clear();
 size_t stock_counts_seen_size();

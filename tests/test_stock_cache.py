@@ -218,3 +218,42 @@ def test_stock_crosscheck_setting_is_honoured(flag):
         assert s["crosscheck.checked"] == 0
     else:
         assert s["crosscheck.checked"] == 1 and s["crosscheck.mismatch"] == 1
+
+
+@pytest.mark.parametrize("crosscheck", ["stock", "fastfake"])
+def test_crosschecked_calls_are_counted_once(crosscheck):
+    """With crosscheck on (stock's flag, as PyTorch's own test suite sets it, or
+    fastfake's), stock's verifying call counts the served call in stock's
+    statistics; fastfake does not count it again (found by running PyTorch's
+    test_fake_tensor.py FakeTensorDispatchCache tests under the plugin)."""
+
+    def program():
+        with torch._dynamo.config.patch(fake_tensor_cache_crosscheck_enabled=crosscheck == "stock"):
+            mode = FakeTensorMode()
+        seen = []
+        with mode:
+            x = torch.randn(4, 3)
+            y = torch.randn(4, 3)
+            x + y  # the signature is learned before the counted part
+            FakeTensorMode.cache_clear()
+            for _ in range(3):
+                x + y
+                seen.append(_info())
+            x.add_(y)
+            seen.append(_info())
+            x.add_(y)
+            seen.append(_info())
+        FakeTensorMode.cache_clear()
+        return seen
+
+    fastfake.uninstall()
+    stock = program()
+    fastfake.install(crosscheck=crosscheck == "fastfake")
+    fastfake.reset_stats()
+    try:
+        fast = program()
+        s = fastfake.stats()
+    finally:
+        fastfake.uninstall()
+    assert fast == stock
+    assert s["elementwise.hit"] >= 3 and s["crosscheck.checked"] >= 3, s
