@@ -126,3 +126,18 @@ def fake_dict_template() -> dict:
     template["fake_mode"] = None
     template[fake_device_attr()] = None
     return template
+
+
+@functools.cache
+def proxy_sym_register():
+    """``torch.fx.experimental.proxy_tensor._sym_register(tracer, func, args, out)``:
+    what the proxy mode's ``__sym_dispatch__`` does with the result of a traced
+    SymNode operation (2.13 on); ``None`` where it is inlined (2.9), and the
+    FunctionalTensor storage-size memo then leaves proxy-traced wrappers to stock."""
+    from torch.fx.experimental import proxy_tensor
+
+    fn = getattr(proxy_tensor, "_sym_register", None)
+    if fn is None:
+        return None
+    params = list(inspect.signature(fn).parameters)
+    return fn if params == ["tracer", "func", "args", "out"] else None

@@ -49,6 +49,8 @@ _counts = {
     "functional.storage.changed_shape_env": 0,
     "functional.storage.stock": 0,
     "functional.storage.proxy_tracing": 0,
+    "functional.storage.recorded": 0,
+    "functional.storage.replayed": 0,
     "functional.storage.reset": 0,
     "functional.storage.crosschecked": 0,
 }
@@ -64,6 +66,7 @@ class _State:
     logging_internal: Any = None
     get_proxy_mode: Any = None
     crosscheck = False
+    sym_register: Any = None
 
 
 def counters() -> dict[str, int]:
@@ -97,6 +100,9 @@ def _setup() -> None:
     from torch.fx.experimental.proxy_tensor import get_proxy_mode
 
     _State.get_proxy_mode = get_proxy_mode
+    from . import _compat
+
+    _State.sym_register = _compat.proxy_sym_register()
 
 
 def _key_part(x: Any, key: list, env_box: list) -> bool:
@@ -158,10 +164,10 @@ def make_wrapper_subclass(cls: type, *args: Any, **kwargs: Any) -> Any:
     if env._translation_validation_enabled or _State.logging_internal.GET_DTRACE_STRUCTURED:
         _counts["functional.storage.stock"] += 1
         return original(cls, *args)
-    if _State.get_proxy_mode() is not None:
-        _counts["functional.storage.proxy_tracing"] += 1
-        return original(cls, *args)
     key_t = tuple(key)
+    proxy_mode = _State.get_proxy_mode()
+    if proxy_mode is not None:
+        return _traced(cls, args, env, key_t, proxy_mode)
     memo = _State.memo.get(env)
     if memo is not None:
         hit = memo.get(key_t)
@@ -200,14 +206,195 @@ def make_wrapper_subclass(cls: type, *args: Any, **kwargs: Any) -> Any:
     else:
         _counts["functional.storage.stock"] += 1
         return out
+    _remember(env, memo, key_t, value)
+    _counts["functional.storage.learned"] += 1
+    return out
+
+
+# ---------------------------------------------------------------------------
+# Under proxy tracing: stock's SymNode operations, replayed from a tape.
+#
+# There every SymNode operation of computeStorageNbytes goes through the proxy
+# mode's ``__sym_dispatch__``: the multiplication-by-one peephole returns an
+# argument, anything else computes its result with tracing off and registers it
+# with the tracer (``_sym_register``: a lazily built FX node, and for a result
+# that is a bare symbol, that symbol's entry in the tracer's expression table).
+# The first wrapper of a key records, by intercepting ``__sym_dispatch__`` of
+# the active mode while stock computes, each operation: the function, its
+# arguments (literals, the call's own size / stride / offset SymNodes by
+# position, or earlier results) and the result's SymNode fields or "argument k".
+# Later wrappers of that key replay it: fresh SymNodes with the recorded fields,
+# registered with the current tracer through the same ``_sym_register`` in the
+# same order, with the same argument objects' nodes -- so the tracer ends up
+# holding what stock's computation leaves there, without the sympy arithmetic.
+# The key also says which positions share one SymNode object (a replay must use
+# the same node wherever stock's computation did).
+# ---------------------------------------------------------------------------
+
+_ARG = 0  # result is argument k of the operation (multiplication by one)
+_NEW = 1  # result is a new SymNode / SymBool with recorded fields
+_LIT = 2  # result is a Python constant
+
+
+def _positions(args: tuple) -> list:
+    return [*args[0], *args[1], args[2]]
+
+
+def _sharing(values: list) -> tuple:
+    first: dict[int, int] = {}
+    out = []
+    for i, v in enumerate(values):
+        if type(v) is torch.SymInt:
+            out.append(first.setdefault(id(v.node), i))
+        else:
+            out.append(-1)
+    return tuple(out)
+
+
+class _Recorder:
+    """Stands in for the proxy mode's ``__sym_dispatch__`` while stock computes."""
+
+    def __init__(self, mode: Any) -> None:
+        self.mode = mode
+        self.calls: list = []
+
+    def __call__(self, func, types, args, kwargs):
+        out = type(self.mode).__sym_dispatch__(self.mode, func, types, args, kwargs)
+        self.calls.append((func, args, kwargs, out))
+        return out
+
+
+def _ref(v: Any, refs: dict) -> Any:
+    if type(v) in (int, bool, float):
+        return (_LIT, v)
+    if type(v) in (torch.SymInt, torch.SymBool, torch.SymFloat):
+        return refs.get(id(v.node))
+    return None
+
+
+def _tape(calls: list, values: list, env: Any, nbytes: Any) -> tuple | None:
+    """The recorded operations as a replayable tape, or None if any is one the
+    replay does not reproduce."""
+    refs: dict[int, tuple] = {}
+    for i, v in enumerate(values):
+        if type(v) is torch.SymInt:
+            refs.setdefault(id(v.node), ("in", i))
+    steps = []
+    for j, (func, args, kwargs, out) in enumerate(calls):
+        if kwargs or not isinstance(args, tuple):
+            return None
+        arefs = tuple(_ref(a, refs) for a in args)
+        if any(r is None for r in arefs):
+            return None
+        k = next((k for k, a in enumerate(args) if out is a), None)
+        if k is not None:
+            steps.append((func, arefs, _ARG, k))
+            if type(out) in (torch.SymInt, torch.SymBool, torch.SymFloat):
+                refs.setdefault(id(out.node), arefs[k])
+            continue
+        tout = type(out)
+        if tout in (int, bool, float):
+            steps.append((func, arefs, _LIT, out))
+            continue
+        if tout not in (torch.SymInt, torch.SymBool, torch.SymFloat):
+            return None
+        node = out.node
+        if (
+            id(node) in refs
+            or node.shape_env is not env
+            or isinstance(node.fx_node, torch.fx.Node)
+            or type(node._hint) is not node.pytype
+        ):
+            return None
+        fields = (tout, node._expr, node.pytype, node._hint, node.constant, node.fx_node,
+                  node._optimized_summation)
+        steps.append((func, arefs, _NEW, fields))
+        refs[id(node)] = ("step", j)
+    if type(nbytes) is int:
+        result: Any = (_LIT, nbytes)
+    else:
+        result = refs.get(id(nbytes.node))
+        if result is None or result[0] != "step" or steps[result[1]][2] != _NEW:
+            return None
+    return tuple(steps), result
+
+
+def _replay(tape: tuple, values: list, env: Any, tracer: Any) -> Any:
+    steps, result = tape
+    register = _State.sym_register
+    sym_node = _State.sym_node
+    outs: list = []
+
+    def get(r):
+        kind, v = r
+        if kind == "in":
+            return values[v]
+        if kind == "step":
+            return outs[v]
+        return v  # _LIT
+
+    for func, arefs, how, what in steps:
+        args = tuple(get(r) for r in arefs)
+        if how == _ARG:
+            outs.append(args[what])
+            continue
+        if how == _LIT:
+            outs.append(what)
+            continue
+        tout, expr, pytype, hint, constant, fx_node, summation = what
+        out = tout(sym_node(expr, env, pytype, hint, constant=constant, fx_node=fx_node,
+                            optimized_summation=summation))
+        register(tracer, func, args, out)
+        outs.append(out)
+    return get(result) if result[0] != "step" else outs[result[1]]
+
+
+def _traced(cls: type, args: tuple, env: Any, key_t: tuple, proxy_mode: Any) -> Any:
+    original = _State.original
+    tracer = getattr(proxy_mode, "tracer", None)
+    if (
+        _State.sym_register is None
+        or _State.crosscheck  # a replay and stock's own computation would both register
+        or tracer is None
+        or "__sym_dispatch__" in vars(proxy_mode)
+    ):
+        _counts["functional.storage.proxy_tracing"] += 1
+        return original(cls, *args)
+    values = _positions(args)
+    tkey = ("traced", key_t, _sharing(values))
+    memo = _State.memo.get(env)
+    if memo is not None:
+        tape = memo.get(tkey)
+        if tape is not None:
+            _counts["functional.storage.replayed"] += 1
+            size = _replay(tape, values, env, tracer)
+            return original(cls, *args, size)
+    recorder = _Recorder(proxy_mode)
+    before = _env_state(env)
+    proxy_mode.__sym_dispatch__ = recorder
+    try:
+        out = original(cls, *args)
+    finally:
+        del proxy_mode.__sym_dispatch__
+    if _env_state(env) != before:
+        _counts["functional.storage.changed_shape_env"] += 1
+        return out
+    tape = _tape(recorder.calls, values, env, out.untyped_storage().nbytes())
+    if tape is None:
+        _counts["functional.storage.stock"] += 1
+        return out
+    _remember(env, memo, tkey, tape)
+    _counts["functional.storage.recorded"] += 1
+    return out
+
+
+def _remember(env: Any, memo: dict | None, key: tuple, value: Any) -> None:
     if memo is None:
         memo = _State.memo[env] = {}
     elif len(memo) >= MAX_ENTRIES_PER_SHAPE_ENV:
         memo.clear()
         _counts["functional.storage.reset"] += 1
-    memo[key_t] = value
-    _counts["functional.storage.learned"] += 1
-    return out
+    memo[key] = value
 
 
 def _fields(v: Any) -> tuple:

@@ -15,7 +15,7 @@ from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTens
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
 import fastfake
-from fastfake import _functional
+from fastfake import _compat, _functional
 from parity import clear_shape_env_lru_caches, error_outcome, shape_env_fields
 
 
@@ -133,8 +133,9 @@ def test_long_random_programs_equal_stock(seed):
     assert counts["functional.storage.learned"] > 0, counts
 
 
-def test_no_service_under_proxy_tracing():
-    """Under make_fx the tracer records stock's storage-size arithmetic: untouched."""
+def test_proxy_tracing_is_replayed_or_left_to_stock():
+    """Under make_fx the tracer records stock's storage-size arithmetic: replayed
+    from a tape where the release has ``_sym_register``, else left to stock."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
     def f(x):
@@ -151,7 +152,10 @@ def test_no_service_under_proxy_tracing():
         counts = fastfake.stats()
     finally:
         fastfake.uninstall()
-    assert counts["functional.storage.proxy_tracing"] > 0, counts
+    if _compat.proxy_sym_register() is None:
+        assert counts["functional.storage.proxy_tracing"] > 0, counts
+    else:
+        assert counts["functional.storage.recorded"] > 0, counts
 
 
 def test_uninstall_restores_tensor_class_exactly():
@@ -265,3 +269,116 @@ def test_crosscheck_covers_the_memo(monkeypatch):
             _run_program(1, 40)
     finally:
         fastfake.uninstall()
+
+
+def _aot_program(seed: int, steps: int):
+    """Graph code (forward and backward) of a random program traced by
+    AOTAutograd with dynamic shapes; the op sequence depends only on ``seed``."""
+    from functorch.compile import make_boxed_func
+    from torch._functorch.aot_autograd import aot_function
+
+    rng = random.Random(seed)
+    plan = [rng.randrange(9) for _ in range(steps)]
+
+    def f(x, w):
+        h = x
+        for p in plan:
+            if p == 0:
+                h = h + x
+            elif p == 1:
+                h = h.transpose(1, 2).transpose(1, 2)
+            elif p == 2:
+                h = h.reshape(h.shape[0] * h.shape[1], h.shape[2]).view(x.shape)
+            elif p == 3:
+                h = torch.cat([h[:, 1:], h[:, :1]], 1)
+            elif p == 4:
+                h = h @ w
+            elif p == 5:
+                h = torch.softmax(h, -1)
+            elif p == 6:
+                h = h * h.sum(-1, keepdim=True)
+            elif p == 7:
+                h = h.unsqueeze(0).expand(2, *h.shape)[0]
+            else:
+                h = torch.nn.functional.layer_norm(h, (h.shape[-1],))
+        return h.sum()
+
+    graphs = []
+
+    def compiler(gm, example_inputs):
+        graphs.append(gm.code)
+        return make_boxed_func(gm.forward)
+
+    g = aot_function(f, fw_compiler=compiler, bw_compiler=compiler, dynamic=True)
+    x = torch.randn(3, 5, 4, requires_grad=True)
+    w = torch.randn(4, 4, requires_grad=True)
+    g(x, w).backward()
+    return graphs
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_proxy_traced_wrappers_replay_stocks_record(seed):
+    """Under AOTAutograd's proxy tracing, wrappers replay stock's recorded SymNode
+    operations into the tracer: forward and backward graphs (code, node names and
+    their numbering) are identical to stock's."""
+    fastfake.uninstall()
+    stock = _aot_program(seed, 30)
+    fastfake.install()
+    fastfake.reset_stats()
+    try:
+        fast = _aot_program(seed, 30)
+        counts = fastfake.stats()
+    finally:
+        fastfake.uninstall()
+    assert fast == stock
+    if _compat.proxy_sym_register() is not None:
+        assert counts["functional.storage.replayed"] > 0, counts
+
+
+def test_replay_records_into_the_tracer_like_stock():
+    """make_fx (symbolic) over wrappers built directly, where the tracer builds
+    each recorded SymNode operation's FX node at once: the graph (node names and
+    their numbering included) and storage sizes traced into it equal stock's.
+    Skipping the replayed registrations changes this graph."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def wrap(t):
+        keys = FunctionalTensor._extra_dispatch_keys & torch._C._dispatch_keys(t)
+        return torch.Tensor._make_wrapper_subclass(
+            FunctionalTensor, t.shape, t.stride(), t.storage_offset(), None, t.dtype, t.layout,
+            t.device, False, False, None, False, False, keys,
+        )
+
+    def f(x):
+        total = 0
+        views = [x, x.transpose(0, 2), x[1:], x[:, 2:, :].transpose(1, 2), x.unsqueeze(1)]
+        for i in range(12):
+            w = wrap(views[i % len(views)])
+            if i % 4 == 3:
+                total = total + w.untyped_storage().nbytes()
+        return x + total
+
+    def trace():
+        return make_fx(f, tracing_mode="symbolic")(torch.randn(5, 6, 7)).code
+
+    fastfake.uninstall()
+    stock = trace()
+    fastfake.install()
+    fastfake.reset_stats()
+    try:
+        fast = trace()
+        counts = fastfake.stats()
+        if _compat.proxy_sym_register() is not None:
+            assert counts["functional.storage.replayed"] > 0, counts
+            real = _functional._State.sym_register
+            _functional._State.sym_register = lambda *a: None
+            try:
+                skipped = trace()
+            except Exception as e:  # noqa: BLE001 - untracked SymInts can also fail the trace
+                skipped = repr(e)
+            finally:
+                _functional._State.sym_register = real
+            assert skipped != stock
+    finally:
+        fastfake.uninstall()
+    assert fast == stock
