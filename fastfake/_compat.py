@@ -141,3 +141,35 @@ def proxy_sym_register():
         return None
     params = list(inspect.signature(fn).parameters)
     return fn if params == ["tracer", "func", "args", "out"] else None
+
+
+@functools.cache
+def functional_tensor_recomputes_storage() -> bool:
+    """Whether ``FunctionalTensor.__new__`` lets ``_make_wrapper_subclass`` compute
+    the wrapper's storage size (13 positional arguments, up to 2.14) rather than
+    passing its inner tensor's (a 14th, ``storage_size``, from 2.15 on). Read off
+    a wrapper stock builds."""
+    from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
+
+    seen: list[int] = []
+    original = torch._C.TensorBase._make_wrapper_subclass
+
+    def probe(cls, *args, **kwargs):
+        if cls is FunctionalTensor:
+            seen.append(len(args) + len(kwargs))
+        return original(cls, *args, **kwargs)
+
+    had = "_make_wrapper_subclass" in torch.Tensor.__dict__
+    previous = torch.Tensor.__dict__.get("_make_wrapper_subclass")
+    torch.Tensor._make_wrapper_subclass = staticmethod(probe)
+    try:
+        with _ft().FakeTensorMode():
+            x = torch.empty(2, 3)
+            with FunctionalTensorMode():
+                FunctionalTensor.to_functional(x)
+    finally:
+        if had:
+            torch.Tensor._make_wrapper_subclass = previous
+        else:
+            del torch.Tensor._make_wrapper_subclass
+    return bool(seen) and all(n == 13 for n in seen)

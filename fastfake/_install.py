@@ -290,7 +290,9 @@ def _run_selftest(ft) -> _selftest.Report:
             _apply(ft, Options(elementwise=False, cache=False, device=False))
             _configure_off()
 
-    features = ["elementwise", "cache", "device", "functional_storage"]
+    features = ["elementwise", "cache", "device"]
+    if _compat.functional_tensor_recomputes_storage():
+        features.append("functional_storage")
     if _compat.shape_env_counts_replacements():
         features.append("cache_symbolic")
     report = _selftest.run(only, _original(ft.FakeTensor, "device"), features)

@@ -420,3 +420,17 @@ def test_missing_internal_raises_clear_error(stock, monkeypatch, owner, name, ex
     # and a later install works normally
     fastfake.install()
     assert _program() == EXPECTED_PROGRAM
+
+
+def test_functional_memo_installed_only_where_stock_recomputes():
+    """The FunctionalTensor storage-size memo is installed exactly where stock's
+    FunctionalTensor.__new__ leaves the size to _make_wrapper_subclass (up to
+    2.14); from 2.15 on torch.Tensor is left untouched."""
+    from fastfake import _compat, _functional
+
+    fastfake.install()
+    try:
+        assert _functional.is_installed() == _compat.functional_tensor_recomputes_storage()
+    finally:
+        fastfake.uninstall()
+    assert "_make_wrapper_subclass" not in torch.Tensor.__dict__

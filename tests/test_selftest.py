@@ -32,7 +32,9 @@ def test_passes_here_and_every_feature_served():
     report = fastfake.selftest_report()
     assert report is not None
     assert report["failures"] == {}
-    expected = {"elementwise", "cache", "device", "functional_storage"}
+    expected = {"elementwise", "cache", "device"}
+    if _compat.functional_tensor_recomputes_storage():
+        expected.add("functional_storage")
     if _compat.shape_env_counts_replacements():
         expected.add("cache_symbolic")
     assert set(report["passed"]) == expected
@@ -229,6 +231,10 @@ def test_xla_device_in_selftest():
     assert "False" not in r.stdout, r.stdout
 
 
+@pytest.mark.skipif(
+    not _compat.functional_tensor_recomputes_storage(),
+    reason="no FunctionalTensor storage-size memo on this torch (2.15 passes the size itself)",
+)
 def test_wrong_functional_storage_size_is_caught():
     """A memoised FunctionalTensor storage size that differs from what stock
     computes (fault injection: one byte more) turns that feature off, naming the
