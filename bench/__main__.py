@@ -153,7 +153,7 @@ def run_cell(spec, model, inputs, wl, args, progress: Progress) -> dict:
         run = wl(model, inputs, spec=spec, size=args.size)
     except Exception as e:
         row["errors"]["setup"] = f"{type(e).__name__}: {e}"
-        progress.i += 2 * args.repeat + (0 if args.no_dispatch_share else 1) + (2 if args.check_graphs else 0)
+        progress.i += _steps_per_row(args, wl.name)
         _log(f"[{progress.i}/{progress.total}] {name} setup FAILED: {type(e).__name__}: {str(e)[:200]}")
         return row
 
@@ -216,6 +216,41 @@ def run_cell(spec, model, inputs, wl, args, progress: Progress) -> dict:
             except Exception as e:
                 row["errors"]["dispatch_share"] = f"{type(e).__name__}: {e}"
 
+    # Symbolic rows: what remains under fastfake (one extra fastfake run timing the
+    # SymNode arithmetic; calls left to stock from the measured repetitions).
+    if wl.name in harness.SYMBOLIC_WORKLOADS and not args.no_dispatch_share:
+        if "fastfake" in row["errors"]:
+            progress.i += 1
+        else:
+            def symnode_run():
+                harness.set_impl("fastfake")
+                harness.fresh_state(cold_fastfake=True, run=run)
+                import gc
+                gc.collect()
+                harness.reset_counters()
+                with harness.SymNodeTimer() as timer:
+                    t0 = time.perf_counter()
+                    run()
+                    wall = time.perf_counter() - t0
+                total = harness.trace_seconds(wall, harness.workload_times())
+                harness.set_impl("stock")
+                return total, timer.seconds, timer.calls
+
+            try:
+                total, sym, calls = progress.step(f"{name} fastfake SymNode-arithmetic run", symnode_run)
+                runs = row["runs"]["fastfake"]
+                row["symbolic_remains"] = {
+                    "total_s": total,
+                    "symnode_s": sym,
+                    "symnode_calls": calls,
+                    "symnode_share": sym / total if total else None,
+                    "stock_calls": (runs[-1]["stats"].get("dispatch.stock", 0) if runs else None),
+                }
+            except Exception as e:
+                row["errors"]["symnode_share"] = f"{type(e).__name__}: {e}"
+            finally:
+                harness.set_impl("stock")
+
     if args.check_graphs:
         graphs = {}
         for impl in harness.IMPLS:
@@ -271,6 +306,31 @@ def run_cell(spec, model, inputs, wl, args, progress: Progress) -> dict:
     return row
 
 
+def _steps_per_row(args, workload: str) -> int:
+    """Progress steps of one (model, workload) row."""
+    extra = 0 if args.no_dispatch_share else 1 + (workload in harness.SYMBOLIC_WORKLOADS)
+    return 2 * args.repeat + extra + (2 if args.check_graphs else 0)
+
+
+def _print_symbolic(rows: list[dict]) -> None:
+    """What remains of the symbolic rows under fastfake."""
+    sym = [r for r in rows if r.get("symbolic_remains")]
+    if not sym:
+        return
+    print()
+    print("Symbolic rows, what remains under fastfake: calls still handed to stock's "
+          "FakeTensorMode.__torch_dispatch__ (last repetition) and the time in SymNode "
+          "arithmetic (outermost SymNode magic-method calls; one extra fastfake run)")
+    hdr = ("model", "workload", "stock calls", "SymNode calls", "SymNode s", "SymNode share")
+    table = []
+    for r in sym:
+        d = r["symbolic_remains"]
+        share = d.get("symnode_share")
+        table.append((r["model"], r["workload"], str(d.get("stock_calls", "-")), str(d["symnode_calls"]),
+                      _fmt(d["symnode_s"]), "-" if share is None else f"{100 * share:.0f}%"))
+    _print_table(hdr, table)
+
+
 def print_report(rows: list[dict], args) -> None:
     print()
     print(f"fastfake {fastfake.__version__} | torch {torch.__version__} | size={args.size} | "
@@ -293,6 +353,7 @@ def print_report(rows: list[dict], args) -> None:
                       _fmt(r.get("stock_wall_median_s")), _fmt(r.get("fastfake_wall_median_s")),
                       _fmt(r.get("wall_speedup"), ".2f") + ("x" if r.get("wall_speedup") else ""), g))
     _print_table(hdr, table)
+    _print_symbolic(rows)
     low = [r for r in rows if "lowering_ratio" in r]
     if low:
         print()
@@ -426,8 +487,7 @@ def main(argv=None) -> int:
     except Exception:
         pass
 
-    per_cell = 2 * args.repeat + (0 if args.no_dispatch_share else 1) + (2 if args.check_graphs else 0)
-    progress = Progress(len(args.models) * len(args.workloads) * per_cell)
+    progress = Progress(len(args.models) * sum(_steps_per_row(args, w) for w in args.workloads))
     t_start = time.perf_counter()
     _log("warming up (one tiny compile per implementation) ...")
     _warmup()

@@ -169,6 +169,56 @@ class DispatchTimer:
         _ft.FakeTensorMode.__torch_dispatch__ = self._orig
 
 
+class SymNodeTimer:
+    """Time spent in SymNode arithmetic (every ``SymNode`` magic method: ``add``,
+    ``mul``, ``eq``, ``sym_max``, ...; outermost calls only), under whichever
+    implementation is installed. The methods are put back exactly on exit."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self.calls = 0
+        self._local = threading.local()
+        self._saved: dict[str, Any] = {}
+
+    def __enter__(self) -> "SymNodeTimer":
+        from torch.fx.experimental import sym_node
+
+        cls = sym_node.SymNode
+        timer = self
+        local = self._local
+        for name in sorted(set(sym_node.magic_methods) | set(getattr(sym_node, "unary_magic_methods", ()))):
+            orig = cls.__dict__.get(name)
+            if not callable(orig):
+                continue
+            self._saved[name] = orig
+
+            def wrapped(*args, _orig=orig, **kwargs):
+                if getattr(local, "depth", 0):
+                    return _orig(*args, **kwargs)
+                local.depth = 1
+                t0 = time.perf_counter()
+                try:
+                    return _orig(*args, **kwargs)
+                finally:
+                    timer.seconds += time.perf_counter() - t0
+                    timer.calls += 1
+                    local.depth = 0
+
+            setattr(cls, name, wrapped)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        from torch.fx.experimental import sym_node
+
+        for name, orig in self._saved.items():
+            setattr(sym_node.SymNode, name, orig)
+
+
+#: Workloads whose rows also report what remains under fastfake with symbolic
+#: shapes (SymNode arithmetic share, calls still handed to stock).
+SYMBOLIC_WORKLOADS = ("compile_dynamic", "compile_train_dynamic", "make_fx_symbolic")
+
+
 @dataclass
 class RunResult:
     seconds: float  # trace time: dynamo's entire_frame_compile when available, else wall
