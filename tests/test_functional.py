@@ -118,19 +118,26 @@ def _run_program(seed: int, steps: int):
     return out, shape_env_fields(env)
 
 
+def _stock_then_fast(program, *args):
+    """``program(*args)`` under stock, then with fastfake installed: (stock result,
+    fastfake result, fastfake's counters)."""
+    fastfake.uninstall()
+    stock = program(*args)
+    fastfake.install()
+    fastfake.reset_stats()
+    try:
+        fast = program(*args)
+        counts = fastfake.stats()
+    finally:
+        fastfake.uninstall()
+    return stock, fast, counts
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_long_random_programs_equal_stock(seed):
     """One ShapeEnv, 150 wrappers per program, keys repeating in orders no test
     chose: every wrapper and the ShapeEnv equal stock's, and the memo served."""
-    fastfake.uninstall()
-    stock = _run_program(seed, 150)
-    fastfake.install()
-    fastfake.reset_stats()
-    try:
-        fast = _run_program(seed, 150)
-        counts = fastfake.stats()
-    finally:
-        fastfake.uninstall()
+    stock, fast, counts = _stock_then_fast(_run_program, seed, 150)
     for (k1, a), (k2, b) in zip(stock[0], fast[0]):
         assert (k1, a) == (k2, b)
     assert len(stock[0]) == len(fast[0])
@@ -327,15 +334,7 @@ def test_proxy_traced_wrappers_replay_stocks_record(seed):
     """Under AOTAutograd's proxy tracing, wrappers replay stock's recorded SymNode
     operations into the tracer: forward and backward graphs (code, node names and
     their numbering) are identical to stock's."""
-    fastfake.uninstall()
-    stock = _aot_program(seed, 30)
-    fastfake.install()
-    fastfake.reset_stats()
-    try:
-        fast = _aot_program(seed, 30)
-        counts = fastfake.stats()
-    finally:
-        fastfake.uninstall()
+    stock, fast, counts = _stock_then_fast(_aot_program, seed, 30)
     assert fast == stock
     if _compat.proxy_sym_register() is not None:
         assert counts["functional.storage.replayed"] > 0, counts
