@@ -34,6 +34,7 @@ the wrapper's storage size, so its graphs no longer carry that arithmetic either
 """
 from __future__ import annotations
 
+import operator
 import weakref
 from typing import Any
 
@@ -231,6 +232,11 @@ def make_wrapper_subclass(cls: type, *args: Any, **kwargs: Any) -> Any:
 # the same node wherever stock's computation did).
 # ---------------------------------------------------------------------------
 
+# The operations computeStorageNbytes performs. Their results depend only on the
+# operands' expressions; a tape with anything else (say ``mod``, which reads the
+# ShapeEnv's value ranges) is not kept.
+_TAPE_FUNCS = frozenset((operator.add, operator.sub, operator.mul, operator.eq))
+
 _ARG = 0  # result is argument k of the operation (multiplication by one)
 _NEW = 1  # result is a new SymNode / SymBool with recorded fields
 _LIT = 2  # result is a Python constant
@@ -281,7 +287,7 @@ def _tape(calls: list, values: list, env: Any, nbytes: Any) -> tuple | None:
             refs.setdefault(id(v.node), ("in", i))
     steps = []
     for j, (func, args, kwargs, out) in enumerate(calls):
-        if kwargs or not isinstance(args, tuple):
+        if kwargs or not isinstance(args, tuple) or func not in _TAPE_FUNCS:
             return None
         arefs = tuple(_ref(a, refs) for a in args)
         if any(r is None for r in arefs):
