@@ -246,7 +246,8 @@ def test_wrong_functional_storage_size_is_caught():
         from fastfake import _functional
         _functional._setup()
         real = _functional._State.sym_node
-        _functional._State.sym_node = lambda e, env, t, h, **kw: real(e + 1, env, t, h + 1, **kw)
+        _functional._State.sym_node = lambda e, env, t, h, **kw: (
+            real(e + 1, env, t, h + 1, **kw) if t is int else real(e, env, t, h, **kw))
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
             fastfake.install()
@@ -260,3 +261,30 @@ def test_wrong_functional_storage_size_is_caught():
     assert "'functional_storage': False" in out and "'cache': True" in out, out
     assert "nbytes" in out, out
     assert "memo installed: False" in out, out
+
+
+@pytest.mark.skipif(
+    _compat.proxy_sym_register() is None or not _compat.functional_tensor_recomputes_storage(),
+    reason="no proxy-tracing replay of FunctionalTensor storage sizes on this torch",
+)
+def test_broken_proxy_replay_is_caught():
+    """A replay that does not register its SymNode operations with the tracer
+    (what a changed _sym_register on another release could do) makes the self-test's
+    make_fx program differ from stock's: the feature stays off."""
+    r = _in_subprocess(
+        """
+        import warnings
+        import fastfake
+        from fastfake import _functional
+        _functional._setup()
+        _functional._State.sym_register = lambda *a: None
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            fastfake.install()
+        print("passed:", fastfake.selftest_report()["passed"])
+        print("memo installed:", _functional.is_installed())
+        """
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "'functional_storage': False" in r.stdout and "'cache': True" in r.stdout, r.stdout
+    assert "memo installed: False" in r.stdout, r.stdout
