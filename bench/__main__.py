@@ -233,7 +233,6 @@ def run_cell(spec, model, inputs, wl, args, progress: Progress) -> dict:
                     run()
                     wall = time.perf_counter() - t0
                 total = harness.trace_seconds(wall, harness.workload_times())
-                harness.set_impl("stock")
                 return total, timer.seconds, timer.calls
 
             try:

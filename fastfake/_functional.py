@@ -23,14 +23,14 @@ passes), so C++ skips the arithmetic. Torch 2.15 passes ``storage_size`` itself
 sizes, translation validation and structured tracing (which logs every SymNode
 operation) all go to stock unchanged.
 
-Only wrappers built while no proxy tracing is active are served: that is
-AOTAutograd's first pass over the program (collecting input / output metadata
-under functionalization, about half of the wrappers of a compile). Under proxy
-tracing every SymNode operation of stock's computation is recorded by the tracer
-(lazily built FX nodes, whose names are numbered; a storage size that simplifies
-to a bare symbol even replaces that symbol's entry in the tracer's
-expression table), so skipping it would change the graph. Torch 2.15 itself passes
-the wrapper's storage size, so its graphs no longer carry that arithmetic either.
+Under proxy tracing (AOTAutograd's actual trace, about half of the wrappers of a
+compile) the tracer records every SymNode operation of stock's computation (an FX
+node, built lazily or at once, whose name is numbered; a result that is a bare
+symbol also takes over that symbol's entry in the tracer's expression table), so
+skipping the operations would change the graph. There the first wrapper of a key
+records stock's operations and later ones replay them into the tracer (see the
+section "Under proxy tracing" below). Torch 2.15 itself passes the wrapper's
+storage size, so its graphs no longer carry that arithmetic at all.
 """
 from __future__ import annotations
 
@@ -55,9 +55,6 @@ _counts = {
     "functional.storage.reset": 0,
     "functional.storage.crosschecked": 0,
 }
-
-_NOT_INT = object()
-
 
 class _State:
     original: Any = None  # torch._C.TensorBase._make_wrapper_subclass
@@ -128,6 +125,28 @@ def _key_part(x: Any, key: list, env_box: list) -> bool:
     return True
 
 
+def _node_fields(out: Any, env: Any) -> tuple | None:
+    """What rebuilds ``out`` (a SymInt / SymBool / SymFloat stock computed) as a
+    fresh object of the same type: its type and SymNode fields; None if its node
+    is one a rebuild would not reproduce (another ShapeEnv, an FX node of
+    translation validation, a hint that is not a plain value)."""
+    node = out.node
+    if (
+        node.shape_env is not env
+        or isinstance(node.fx_node, torch.fx.Node)
+        or type(node._hint) is not node.pytype
+    ):
+        return None
+    return (type(out), node._expr, node.pytype, node._hint, node.constant, node.fx_node,
+            node._optimized_summation)
+
+
+def _build(fields: tuple, env: Any) -> Any:
+    tout, expr, pytype, hint, constant, fx_node, summation = fields
+    return tout(_State.sym_node(expr, env, pytype, hint, constant=constant, fx_node=fx_node,
+                                optimized_summation=summation))
+
+
 def _env_state(env: Any) -> tuple:
     return (
         len(env.guards),
@@ -174,13 +193,7 @@ def make_wrapper_subclass(cls: type, *args: Any, **kwargs: Any) -> Any:
         hit = memo.get(key_t)
         if hit is not None:
             _counts["functional.storage.hit"] += 1
-            expr, hint, summation, fx_node = hit
-            if expr is _NOT_INT:
-                size: Any = hint
-            else:
-                size = torch.SymInt(
-                    _State.sym_node(expr, env, int, hint, fx_node=fx_node, optimized_summation=summation)
-                )
+            size = hit if type(hit) is int else _build(hit, env)
             if _State.crosscheck:
                 _crosscheck(original(cls, *args), size, args)
             return original(cls, *args, size)
@@ -191,20 +204,12 @@ def make_wrapper_subclass(cls: type, *args: Any, **kwargs: Any) -> Any:
         return out
     nbytes = out.untyped_storage().nbytes()
     if type(nbytes) is int:
-        value = (_NOT_INT, nbytes, False, None)
-    elif type(nbytes) is torch.SymInt:
-        node = nbytes.node
-        if (
-            node.shape_env is not env
-            or node.constant is not None
-            or isinstance(node.fx_node, torch.fx.Node)
-            or node.pytype is not int
-            or type(node._hint) is not int
-        ):
-            _counts["functional.storage.stock"] += 1
-            return out
-        value = (node._expr, node._hint, node._optimized_summation, node.fx_node)
+        value: Any = nbytes
+    elif type(nbytes) is torch.SymInt and nbytes.node.constant is None:
+        value = _node_fields(nbytes, env)
     else:
+        value = None
+    if value is None:
         _counts["functional.storage.stock"] += 1
         return out
     _remember(env, memo, key_t, value)
@@ -302,20 +307,13 @@ def _tape(calls: list, values: list, env: Any, nbytes: Any) -> tuple | None:
         if tout in (int, bool, float):
             steps.append((func, arefs, _LIT, out))
             continue
-        if tout not in (torch.SymInt, torch.SymBool, torch.SymFloat):
+        if tout not in (torch.SymInt, torch.SymBool, torch.SymFloat) or id(out.node) in refs:
             return None
-        node = out.node
-        if (
-            id(node) in refs
-            or node.shape_env is not env
-            or isinstance(node.fx_node, torch.fx.Node)
-            or type(node._hint) is not node.pytype
-        ):
+        fields = _node_fields(out, env)
+        if fields is None:
             return None
-        fields = (tout, node._expr, node.pytype, node._hint, node.constant, node.fx_node,
-                  node._optimized_summation)
         steps.append((func, arefs, _NEW, fields))
-        refs[id(node)] = ("step", j)
+        refs[id(out.node)] = ("step", j)
     if type(nbytes) is int:
         result: Any = (_LIT, nbytes)
     else:
@@ -328,7 +326,6 @@ def _tape(calls: list, values: list, env: Any, nbytes: Any) -> tuple | None:
 def _replay(tape: tuple, values: list, env: Any, tracer: Any) -> Any:
     steps, result = tape
     register = _State.sym_register
-    sym_node = _State.sym_node
     outs: list = []
 
     def get(r):
@@ -347,9 +344,7 @@ def _replay(tape: tuple, values: list, env: Any, tracer: Any) -> Any:
         if how == _LIT:
             outs.append(what)
             continue
-        tout, expr, pytype, hint, constant, fx_node, summation = what
-        out = tout(sym_node(expr, env, pytype, hint, constant=constant, fx_node=fx_node,
-                            optimized_summation=summation))
+        out = _build(what, env)
         register(tracer, func, args, out)
         outs.append(out)
     return get(result) if result[0] != "step" else outs[result[1]]
@@ -403,7 +398,7 @@ def _remember(env: Any, memo: dict | None, key: tuple, value: Any) -> None:
     memo[key] = value
 
 
-def _fields(v: Any) -> tuple:
+def _size_fields(v: Any) -> tuple:
     if type(v) is torch.SymInt:
         n = v.node
         return (str(n._expr), n._hint, n.pytype, n.constant, n._optimized_summation)
@@ -414,8 +409,8 @@ def _crosscheck(stock_out: torch.Tensor, size: Any, args: tuple) -> None:
     from ._crosscheck import CrosscheckError
 
     _counts["functional.storage.crosschecked"] += 1
-    want = _fields(stock_out.untyped_storage().nbytes())
-    got = _fields(size)
+    want = _size_fields(stock_out.untyped_storage().nbytes())
+    got = _size_fields(size)
     if want != got:
         raise CrosscheckError(
             f"fastfake: FunctionalTensor storage size differs from stock's for sizes "

@@ -33,19 +33,18 @@ import torch
 
 from . import _C, _compat, _functional
 
-#: fastfake features and the counter that shows each one served a result.
+#: fastfake features and the counters that show each one served a result.
 FEATURES = {
-    "elementwise": "elementwise.hit",
-    "cache": "cache.hit",
-    "cache_symbolic": "cache.symbolic.hit",
-    "device": "device.fast",
+    "elementwise": ("elementwise.hit",),
+    "cache": ("cache.hit",),
+    "cache_symbolic": ("cache.symbolic.hit",),
+    "device": ("device.fast",),
     "functional_storage": ("functional.storage.hit", "functional.storage.replayed"),
 }
 
 
 def _served(counts: dict, feature: str) -> int:
-    names = FEATURES[feature]
-    return sum(counts.get(n, 0) for n in ((names,) if isinstance(names, str) else names))
+    return sum(counts.get(n, 0) for n in FEATURES[feature])
 
 
 @dataclass
@@ -140,6 +139,19 @@ def _symbolic_program(mode, dev: str) -> list:
     return out
 
 
+def functional_wrapper(t: torch.Tensor) -> torch.Tensor:
+    """A ``FunctionalTensor`` wrapper of ``t`` built as up-to-2.14
+    ``FunctionalTensor.__new__`` builds one (13 positional arguments, the storage
+    size left to ``_make_wrapper_subclass``), without functionalization around it."""
+    from torch._subclasses.functional_tensor import FunctionalTensor
+
+    keys = FunctionalTensor._extra_dispatch_keys & torch._C._dispatch_keys(t)
+    return torch.Tensor._make_wrapper_subclass(
+        FunctionalTensor, t.shape, t.stride(), t.storage_offset(), None, t.dtype, t.layout,
+        t.device, False, False, None, False, False, keys,
+    )
+
+
 def _functional_program(mode, dev: str) -> list:
     """FunctionalTensor wrappers (AOTAutograd's functionalization) over symbolic
     fakes: their storage sizes, views with an offset, an op that guards."""
@@ -161,17 +173,10 @@ def _functional_program(mode, dev: str) -> list:
 
     # Under proxy tracing (replayed into the tracer): the graph make_fx builds
     # when the storage sizes are traced into it, node names and numbering included.
-    def wrap(t):
-        keys = FunctionalTensor._extra_dispatch_keys & torch._C._dispatch_keys(t)
-        return torch.Tensor._make_wrapper_subclass(
-            FunctionalTensor, t.shape, t.stride(), t.storage_offset(), None, t.dtype, t.layout,
-            t.device, False, False, None, False, False, keys,
-        )
-
     def f(t):
         total = 0
         for v in (t, t.t(), t[1:], t, t.t(), t[1:]):
-            total = total + wrap(v).untyped_storage().nbytes()
+            total = total + functional_wrapper(v).untyped_storage().nbytes()
         return t + total
 
     with unset_fake_temporarily():

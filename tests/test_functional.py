@@ -16,6 +16,7 @@ from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, Stateles
 
 import fastfake
 from fastfake import _compat, _functional
+from fastfake._selftest import functional_wrapper
 from parity import clear_shape_env_lru_caches, error_outcome, shape_env_fields
 
 pytestmark = pytest.mark.skipif(
@@ -347,18 +348,11 @@ def test_replay_records_into_the_tracer_like_stock():
     Skipping the replayed registrations changes this graph."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    def wrap(t):
-        keys = FunctionalTensor._extra_dispatch_keys & torch._C._dispatch_keys(t)
-        return torch.Tensor._make_wrapper_subclass(
-            FunctionalTensor, t.shape, t.stride(), t.storage_offset(), None, t.dtype, t.layout,
-            t.device, False, False, None, False, False, keys,
-        )
-
     def f(x):
         total = 0
         views = [x, x.transpose(0, 2), x[1:], x[:, 2:, :].transpose(1, 2), x.unsqueeze(1)]
         for i in range(12):
-            w = wrap(views[i % len(views)])
+            w = functional_wrapper(views[i % len(views)])
             if i % 4 == 3:
                 total = total + w.untyped_storage().nbytes()
         return x + total
