@@ -7,6 +7,27 @@
 
 namespace fastfake {
 
+// torch.export's non-strict leak detector registers every FakeTensor from
+// FakeTensor.__init__; while it is on, stock builds all outputs.
+bool export_leak_tracking() {
+  PyObject* flag = g_py.compiler_dict
+      ? PyDict_GetItemWithError(g_py.compiler_dict, g_py.s_is_exporting_flag)
+      : nullptr;
+  if (flag != Py_True) {
+    PyErr_Clear();
+    return false;
+  }
+  PyObject* r = g_py.export_leak_check ? PyObject_CallNoArgs(g_py.export_leak_check) : nullptr;
+  if (r == nullptr) {
+    PyErr_Clear();
+    return true;
+  }
+  const bool on = r != Py_False;
+  Py_DECREF(r);
+  return on;
+}
+
+
 PyObject* call_stock_dispatch(
     PyObject* mode,
     PyObject* func,
@@ -38,26 +59,6 @@ bool count_dispatch() {
   const int rc = PyObject_SetItem(counter, key, next); // OrderedDict-aware
   Py_DECREF(next);
   return rc == 0;
-}
-
-// torch.export's non-strict leak detector registers every FakeTensor from
-// FakeTensor.__init__; while it is on, stock builds all outputs.
-bool export_leak_tracking() {
-  PyObject* flag = g_py.compiler_dict
-      ? PyDict_GetItemWithError(g_py.compiler_dict, g_py.s_is_exporting_flag)
-      : nullptr;
-  if (flag != Py_True) {
-    PyErr_Clear();
-    return false;
-  }
-  PyObject* r = g_py.export_leak_check ? PyObject_CallNoArgs(g_py.export_leak_check) : nullptr;
-  if (r == nullptr) {
-    PyErr_Clear();
-    return true;
-  }
-  const bool on = r != Py_False;
-  Py_DECREF(r);
-  return on;
 }
 
 struct FastDispatch {

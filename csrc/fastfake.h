@@ -11,6 +11,7 @@
 //   compat.h         differences between torch releases (compile time)
 //   stock_counts.cpp stock's cache statistics for the calls served here
 //   real_inputs.cpp  non-fake tensor arguments converted by the mode's converter
+//   detach.cpp       fast_detach: the FakeTensor snapshots of make_fx / FakeTensorProp
 //   dispatch.cpp     the C-level FakeTensorMode.__torch_dispatch__ and device descriptor
 //   module.cpp       pybind11 bindings
 #pragma once
@@ -86,6 +87,10 @@ namespace fastfake {
   _(RealStockNotAllowed, "real_inputs.stock.not_allowed")           \
   _(RealStockOp, "real_inputs.stock.op")                            \
   _(RealStockError, "real_inputs.stock.conversion_error")           \
+  _(DetachFast, "detach.fast")                                      \
+  _(DetachStockArgs, "detach.stock.arguments")                      \
+  _(DetachStockTensor, "detach.stock.tensor")                       \
+  _(DetachStockState, "detach.stock.state")                         \
   _(DeviceFast, "device.fast")                                      \
   _(DeviceStock, "device.stock")
 
@@ -151,6 +156,7 @@ struct PyRefs {
   PyObject* s_fake_device = nullptr; // the FakeTensor's device attribute (fastfake._compat)
   PyObject* s_dispatch_keys = nullptr; // "dispatch_keys"
   PyObject* s_constant = nullptr;
+  PyObject* s_real_tensor = nullptr; // "real_tensor"
   PyObject* s_in_kernel_invocation = nullptr;
   PyObject* s_propagate_real_tensors = nullptr;
   PyObject* s_allow_unsafe_data_ptr_access = nullptr;
@@ -208,6 +214,15 @@ inline bool is_fake_exact(PyObject* obj) {
 // FakeTensor.__new__ does. `device` is a torch.device object (borrowed).
 // Returns a new reference or nullptr with a Python error set.
 PyObject* make_fake_tensor(PyObject* mode, at::Tensor elem, PyObject* device);
+
+// dispatch.cpp: torch.export's non-strict fake-tensor leak tracker is on (every
+// FakeTensor must then be built by stock, whose __init__ registers it).
+bool export_leak_tracking();
+
+// detach.cpp: the C-level stand-in for torch._subclasses.fake_impls.fast_detach
+// (vectorcall signature; stock's function serves every call it does not).
+PyObject* fast_detach(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames);
+void set_stock_fast_detach(PyObject* fn);
 
 // The Python SymNode behind a SymNode implementation (nullptr if it is not one
 // backed by Python). Borrowed.

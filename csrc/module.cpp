@@ -36,6 +36,7 @@ PYBIND11_MODULE(_C, m) {
   g_py.s_fake_mode = intern("fake_mode");
   g_py.s_dispatch_keys = intern("dispatch_keys");
   g_py.s_constant = intern("constant");
+  g_py.s_real_tensor = intern("real_tensor");
   g_py.s_in_kernel_invocation = intern("in_kernel_invocation");
   g_py.s_propagate_real_tensors = intern("propagate_real_tensors");
   g_py.s_allow_unsafe_data_ptr_access = intern("_allow_unsafe_data_ptr_access");
@@ -123,6 +124,18 @@ PYBIND11_MODULE(_C, m) {
         set_ref(g_py.real_policy_hook, policy);
       },
       "Bind torch.Tensor, nn.Parameter, fake_tensor_tls and the per-op conversion policy.");
+
+  static PyMethodDef fast_detach_def = {
+      "fast_detach",
+      reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fast_detach)),
+      METH_FASTCALL | METH_KEYWORDS,
+      "fast_detach(fake_mode, x, include_real=False): stock's fast_detach, built in C++ "
+      "for plain FakeTensors (stock's function for everything else)."};
+  m.attr("fast_detach") = steal_or_throw(PyCFunction_NewEx(&fast_detach_def, nullptr, m.attr("__name__").ptr()));
+  m.def(
+      "setup_detach",
+      [](py::handle stock) { set_stock_fast_detach(stock.is_none() ? nullptr : stock.ptr()); },
+      "Bind stock's torch._subclasses.fake_impls.fast_detach (called for every case not served).");
 
   m.def(
       "make_fast_dispatch",

@@ -54,6 +54,22 @@ def make_fast_dispatch() -> Any:
     the stock ``__torch_dispatch__`` unchanged.
     """
 
+def fast_detach(fake_mode: Any, x: Any, include_real: bool = False) -> Any:
+    """Stock's ``torch._subclasses.fake_impls.fast_detach`` (the snapshot
+    ``proxy_tensor.snapshot_fake`` takes of every traced FakeTensor), built in C++
+    for a plain FakeTensor of a plain ``FakeTensorMode``: the same two ``detach``
+    dispatcher calls under the same thread-local state (so storage, SymInts,
+    version counter, key set and inference state are stock's), then the object as
+    ``FakeTensor.__new__`` finishes it. Every other call (other arguments, subclasses,
+    ``include_real`` with a real tensor, own ``dispatch_keys``, kernel invocation,
+    extra thread-local dispatch keys, a torch-function mode, export's leak tracker,
+    non-strided layouts, unnormalised devices) is passed to stock's function, bound
+    by :func:`setup_detach`. Counted as ``detach.fast`` / ``detach.stock.<why>``."""
+
+def setup_detach(stock: Any) -> None:
+    """Bind stock's ``fast_detach`` (called for every case :func:`fast_detach` does
+    not serve)."""
+
 def make_device_descriptor(stock: property) -> Any:
     """A C-level data descriptor to install as ``FakeTensor.device``: returns
     ``meta`` inside kernel invocation, else the tensor's fake device; delegates to

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import _C, _compat, _functional, _selftest, _stock_cache
+from . import _C, _compat, _detach, _functional, _selftest, _stock_cache
 from ._compat import SUPPORTED_TORCH_VERSIONS
 
 log = logging.getLogger("fastfake")
@@ -169,6 +169,9 @@ def install(
       With it, the storage size of AOTAutograd's ``FunctionalTensor`` wrappers
       over symbolic fakes is memoised per ShapeEnv (:mod:`fastfake._functional`;
       ``FASTFAKE_NO_FUNCTIONAL_MEMO=1`` turns that off).
+    * with either of them, the FakeTensor snapshots make_fx and FakeTensorProp take
+      of every traced value (``snapshot_fake`` -> ``fast_detach``) are built in C++
+      (:mod:`fastfake._detach`; ``FASTFAKE_NO_FAST_DETACH=1`` turns that off).
     * under ``allow_non_fake_inputs=True`` both serve calls with real tensor
       arguments after converting them with the mode's own converter, as stock does
       (``FASTFAKE_NO_REAL_INPUTS=1`` leaves such calls to stock).
@@ -219,6 +222,10 @@ def install(
         _functional.install(crosscheck=opts.crosscheck)
     else:
         _functional.uninstall()
+    if (opts.elementwise or opts.cache) and _fast_detach_allowed(_State.selftest, ft):
+        _detach.install(crosscheck=opts.crosscheck)
+    else:
+        _detach.uninstall()
     _State.options = opts
     _State.requested = requested
 
@@ -233,6 +240,14 @@ def _symbolic_cache_allowed(report) -> bool:
 
 def _functional_memo_allowed(report) -> bool:
     return not _env_flag("FASTFAKE_NO_FUNCTIONAL_MEMO") and report.passed.get("functional_storage", False)
+
+
+def _fast_detach_allowed(report, ft) -> bool:
+    return (
+        not _env_flag("FASTFAKE_NO_FAST_DETACH")
+        and not ft.FakeTensorConfig.debug
+        and report.passed.get("detach", False)
+    )
 
 
 def _apply(ft, opts: Options) -> None:
@@ -283,14 +298,17 @@ def _run_selftest(ft) -> _selftest.Report:
         _apply(ft, Options(elementwise=True, cache=feature != "elementwise", device=True))
         if feature == "functional_storage":
             _functional.install()
+        if feature == "detach":
+            _detach.install()
         try:
             yield
         finally:
+            _detach.uninstall()
             _functional.uninstall()
             _apply(ft, Options(elementwise=False, cache=False, device=False))
             _configure_off()
 
-    features = ["elementwise", "cache", "device"]
+    features = ["elementwise", "cache", "device", "detach"]
     if _compat.functional_tensor_recomputes_storage():
         features.append("functional_storage")
     if _compat.shape_env_counts_replacements():
@@ -351,6 +369,7 @@ def uninstall() -> None:
     """Restore every patched attribute to the identical original object."""
     _stock_cache.detach()
     _functional.uninstall()
+    _detach.uninstall()
     for (cls, name), original in _State.originals.items():
         if cls.__dict__.get(name) is not original:
             setattr(cls, name, original)

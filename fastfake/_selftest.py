@@ -40,6 +40,7 @@ FEATURES = {
     "cache_symbolic": ("cache.symbolic.hit",),
     "device": ("device.fast",),
     "functional_storage": ("functional.storage.hit", "functional.storage.replayed"),
+    "detach": ("detach.fast",),
 }
 
 
@@ -185,6 +186,45 @@ def _functional_program(mode, dev: str) -> list:
     return out
 
 
+def _detach_program(mode, dev: str) -> list:
+    """The snapshots make_fx and FakeTensorProp take (``snapshot_fake``): of
+    leaves, views, other dtypes, symbolic sizes, an inference tensor; then the
+    version counter they share with their input (after an in-place op on it); and
+    the node metadata of a make_fx graph and of FakeTensorProp over it."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.fx.experimental.proxy_tensor import make_fx, snapshot_fake
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    # (a view of a requires_grad fake cuda tensor aborts a CPU-only torch build)
+    x = torch.empty(4, 6, device=dev, requires_grad=dev == "cpu")
+    b = torch.empty(3, 5, dtype=torch.bfloat16, device=dev)
+    s = _symbolic_input(mode, "cpu", 6, 8)  # made from a real tensor
+    with torch.inference_mode():
+        inf = torch.empty(5, device=dev)
+    out = []
+    sources = [("leaf", x), ("transpose", x.t()), ("bfloat16", b),
+               ("symbolic", s), ("symbolic view", s[1:]), ("inference", inf)]
+    if dev == "cpu":  # (slicing a fake cuda tensor needs CUDA in the torch build)
+        sources.append(("slice", x[1:]))
+    snaps = [(name, t, snapshot_fake(t)) for name, t in sources]
+    b.add_(1)
+    s.mul_(2)
+    for name, t, snap in snaps:
+        version = "no version counter" if snap.is_inference() else snap._version
+        out.append((f"snapshot {name}", (t,), (snap, snap.is_leaf, snap._is_view(), snap.is_inference(), version)))
+
+    def f(a, w):
+        return torch.relu(a @ w).t().sum(0) + 1
+
+    with unset_fake_temporarily():
+        gm = make_fx(f, tracing_mode="fake")(torch.empty(4, 6), torch.empty(6, 3))
+    meta = [(n.name, str(n.meta.get("val"))) for n in gm.graph.nodes]
+    out.append(("make_fx node metadata", (), meta))
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(torch.empty(4, 6), torch.empty(6, 3))
+    out.append(("FakeTensorProp vals", (), [n.meta.get("val") for n in gm.graph.nodes]))
+    return out
+
+
 # (feature, program, needs a ShapeEnv, devices it runs on)
 def _groups() -> list[tuple[str, Program, bool, tuple[str, ...]]]:
     accel = ["cuda"]
@@ -195,6 +235,7 @@ def _groups() -> list[tuple[str, Program, bool, tuple[str, ...]]]:
         ("cache", _cache_program, False, ("cpu", *accel)),
         ("cache_symbolic", _symbolic_program, True, ("cpu",)),
         ("functional_storage", _functional_program, True, ("cpu",)),
+        ("detach", _detach_program, True, ("cpu", *accel)),
     ]
 
 

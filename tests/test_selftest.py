@@ -32,7 +32,7 @@ def test_passes_here_and_every_feature_served():
     report = fastfake.selftest_report()
     assert report is not None
     assert report["failures"] == {}
-    expected = {"elementwise", "cache", "device"}
+    expected = {"elementwise", "cache", "device", "detach"}
     if _compat.functional_tensor_recomputes_storage():
         expected.add("functional_storage")
     if _compat.shape_env_counts_replacements():
@@ -288,3 +288,34 @@ def test_broken_proxy_replay_is_caught():
     assert r.returncode == 0, r.stderr[-3000:]
     assert "'functional_storage': False" in r.stdout and "'cache': True" in r.stdout, r.stdout
     assert "memo installed: False" in r.stdout, r.stdout
+
+
+def test_wrong_snapshot_is_caught():
+    """A fast_detach whose snapshots differ from stock's (fault injection: the
+    snapshot requires grad) turns that feature off, naming the field; stock's
+    fast_detach stays in place and the rest stays on."""
+    r = _in_subprocess(
+        """
+        import warnings
+        import fastfake
+        from fastfake import _C, _detach
+        from torch.fx.experimental import proxy_tensor
+
+        def wrong(mode, x, include_real=False):
+            out = _C.fast_detach(mode, x, include_real)
+            return out.requires_grad_(True) if out.dtype.is_floating_point and not out.is_inference() else out
+
+        _detach.fast = wrong
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            fastfake.install()
+        print("passed:", fastfake.selftest_report()["passed"])
+        print("failure:", fastfake.selftest_report()["failures"].get("detach"))
+        print("stock in place:", proxy_tensor.fast_detach is _detach.stock_fast_detach())
+        """
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = r.stdout
+    assert "'detach': False" in out and "'cache': True" in out, out
+    assert "requires_grad" in out, out
+    assert "stock in place: True" in out, out
