@@ -25,12 +25,13 @@ import torch
 import fastfake
 
 from . import harness
+from . import workloads as _workloads_mod
 from .models import MODEL_NAMES, MODELS, SIZES, have_transformers
 from .workloads import DEFAULT_WORKLOADS, UNAVAILABLE_WORKLOADS, WORKLOAD_NAMES, WORKLOADS, diff_graphs
 
 # Extra timers some workloads report next to dynamo's (openxla: the XLA lowering,
 # which runs outside entire_frame_compile). Medians are reported per key.
-TIMING_KEYS = ("entire_frame_compile", "backend_compile", "xla_lowering", "xla_compile", "xla_compiles",
+TIMING_KEYS = ("first_output", "entire_frame_compile", "backend_compile", "xla_lowering", "xla_compile", "xla_compiles",
                "xla_lowering_calls", "xla_lowering_in_compile")
 
 
@@ -190,6 +191,11 @@ def run_cell(spec, model, inputs, wl, args, progress: Progress) -> dict:
             progress.i += 1
         else:
             def share_run():
+                if wl.subprocess:  # the child times stock's dispatch itself
+                    run(fake_share=True)
+                    rep = _workloads_mod.child_report()
+                    total = harness.trace_seconds(0.0, rep["timing"])
+                    return total, rep["fake_dispatch_s"], rep["fake_calls"]
                 if not wl.warm:
                     harness.fresh_state(cold_fastfake=False, run=run)
                 import gc
@@ -250,7 +256,20 @@ def run_cell(spec, model, inputs, wl, args, progress: Progress) -> dict:
             finally:
                 harness.set_impl("stock")
 
-    if args.check_graphs:
+    if args.check_graphs and wl.subprocess:
+        # Every timed repetition reported its output code and cache counters:
+        # all of them, stock's and fastfake's, must agree.
+        seen = {(r["stats"].get("code_digest"), json.dumps(r["stats"].get("caches"), sort_keys=True))
+                for impl in harness.IMPLS for r in row["runs"][impl]}
+        if row["runs"]["stock"] and row["runs"]["fastfake"]:
+            row["graphs_identical"] = len(seen) == 1
+            row["graph_labels"] = ["output code", "inductor caches"]
+            if len(seen) != 1:
+                row["graph_diff"] = "output code or cache counters differ between runs: " + "; ".join(
+                    f"{impl}: " + ", ".join(f"{r['stats'].get('code_digest')} {r['stats'].get('caches')}"
+                                            for r in row["runs"][impl]) for impl in harness.IMPLS)
+                _log(f"GRAPH MISMATCH {name}:\n{row['graph_diff']}")
+    elif args.check_graphs:
         graphs = {}
         for impl in harness.IMPLS:
             if impl in row["errors"]:
@@ -282,6 +301,9 @@ def run_cell(spec, model, inputs, wl, args, progress: Progress) -> dict:
                     row["outputs_diff"] = dv
                     _log(f"OUTPUT MISMATCH {name}:\n{dv}")
     harness.set_impl("stock")
+    cleanup = getattr(run, "cleanup", None)
+    if cleanup is not None:
+        cleanup()
 
     for impl in harness.IMPLS:
         runs = row["runs"][impl]
@@ -308,7 +330,8 @@ def run_cell(spec, model, inputs, wl, args, progress: Progress) -> dict:
 def _steps_per_row(args, workload: str) -> int:
     """Progress steps of one (model, workload) row."""
     extra = 0 if args.no_dispatch_share else 1 + (workload in harness.SYMBOLIC_WORKLOADS)
-    return 2 * args.repeat + extra + (2 if args.check_graphs else 0)
+    checks = 2 if args.check_graphs and not WORKLOADS[workload].subprocess else 0
+    return 2 * args.repeat + extra + checks
 
 
 def _print_symbolic(rows: list[dict]) -> None:
@@ -381,9 +404,13 @@ def print_report(rows: list[dict], args) -> None:
             efc = t.get("entire_frame_compile", med)
             bc = t.get("backend_compile", 0.0)
             extra = "".join(f" {k}:{t[k]:.4f}" if k != "xla_compiles" and k != "xla_lowering_calls"
-                            else f" {k}:{t[k]:.0f}" for k in TIMING_KEYS[2:] if k in t)
+                            else f" {k}:{t[k]:.0f}" for k in TIMING_KEYS if k in t and k not in ("entire_frame_compile", "backend_compile"))
             print(f"  {impl:8s} TIMING: entire_frame_compile:{efc:.4f} backend_compile:{bc:.4f}{extra}")
             print(f"  {impl:8s} {harness.stats_line(r.get(f'{impl}_stats') or {})}")
+            caches = (r.get(f"{impl}_stats") or {}).get("caches")
+            if caches is not None:
+                print(f"  {impl:8s} CACHES: " + (" | ".join(f"{k}:{v}" for k, v in sorted(caches.items())) or "-")
+                      + f" | output code {(r.get(f'{impl}_stats') or {}).get('code_digest')}")
         ds = r.get("dispatch_share")
         if ds:
             print(f"  stock    FakeTensorMode.__torch_dispatch__ time: {ds['fake_dispatch_s']:.4f}s of trace "
@@ -409,6 +436,13 @@ def print_report(rows: list[dict], args) -> None:
           "(_compile.compile_inner / OutputGraph.call_user_compiler) for compile_* workloads; for the "
           "others entire_frame_compile is the wall time of the trace and backend_compile is 0. "
           "STATS are from the last repetition (one call for warm workloads).")
+    if any(WORKLOADS[r["workload"]].subprocess for r in rows if r["workload"] in WORKLOADS):
+        print("inductor_*: each repetition is a fresh process; 'stock s' / 'fastfake s' are the time from "
+              "torch.compile to the first output (forward, or forward + backward for _train), the 'wall' "
+              "columns the whole child process (imports and model building included). _cold: empty "
+              "TORCHINDUCTOR_CACHE_DIR; _warm: a copy of a cache directory a stock process filled. CACHES are "
+              "Inductor's and AOTAutograd's cache counters and 'output code' a digest of every generated "
+              "module; graphs 'same' means every repetition of both implementations agreed on both.")
     if low:
         print("compile_openxla*: the trace time is entire_frame_compile (Dynamo + AOTAutograd on fake XLA "
               "tensors); xla_lowering is the time inside torch_xla's extract_compiled_graph (called lazily at "

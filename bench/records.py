@@ -139,6 +139,9 @@ class Workload:
     warm: bool = False
     uses_dynamo: bool = False
     doc: str = ""
+    # Runs in a fresh child process per repetition (bench.inductor): its timings,
+    # counters and output code come from the child's report.
+    subprocess: bool = False
 
     def __call__(self, model, inputs, *, spec=None, size: str = "default"):
         return self.factory(model, inputs, spec=spec, size=size)

@@ -22,10 +22,17 @@ make_fx_fake / make_fx_symbolic
     (parameters and buffers are graph inputs), under ``no_grad``.
 export
     ``torch.export.export(model, inputs, strict=False)``.
+fake_tensor_prop / fake_tensor_prop_symbolic / export_prop
+    Shape propagation over an existing FX graph (``FakeTensorProp``); see
+    :mod:`bench.fake_prop`.
 fake_forward
     Plain forward of the model built inside a ``FakeTensorMode`` (model and inputs
     constructed in the mode once, when the workload is created); each call times
     one warm forward under ``no_grad``. Its "graph" is a summary of the outputs.
+inductor_{cold,warm}[_train][_dynamic]
+    ``torch.compile(model)`` with the default Inductor backend, timed to the first
+    output in a fresh process per repetition, with empty or warm on-disk caches;
+    see :mod:`bench.inductor`.
 compile_openxla / compile_openxla_train (only where torch_xla runs: torch_xla 2.9 on torch 2.9)
     ``torch.compile(model, backend="openxla")`` with a deep copy of the model and the
     inputs on the XLA device (``torch_xla.device()``, PJRT's CPU client unless
@@ -250,14 +257,35 @@ def fake_forward_real(model, inputs, *, spec=None, size="default"):
     return run
 
 
+from .fake_prop import export_prop, fake_tensor_prop, fake_tensor_prop_symbolic  # noqa: E402,I001
+from . import inductor as _inductor  # noqa: E402
 from .openxla import (  # noqa: E402  (they use the records above)
     XLA_WORKLOADS,
-    backend_times,
     evict_xla_computation_cache,
     have_torch_xla,
-    reset_backend_times,
     setup_torch_xla,
 )
+from .openxla import backend_times as _xla_backend_times  # noqa: E402
+from .openxla import reset_backend_times as _xla_reset_backend_times  # noqa: E402
+
+
+def backend_times() -> dict[str, float]:
+    """Timers of what runs outside the in-process dynamo metrics: openxla's
+    lowering and compile, and the report of the last inductor child process."""
+    out = _xla_backend_times()
+    out.update(_inductor.backend_times())
+    return out
+
+
+def reset_backend_times() -> None:
+    _xla_reset_backend_times()
+    _inductor.reset_backend_times()
+
+
+def child_report() -> dict:
+    """The full report of the last inductor child process ({} if none since the
+    last :func:`reset_backend_times`)."""
+    return dict(_inductor._LAST)
 
 WORKLOADS: dict[str, Workload] = {
     w.name: w
@@ -274,11 +302,22 @@ WORKLOADS: dict[str, Workload] = {
         Workload("make_fx_fake", make_fx_fake, doc='make_fx(tracing_mode="fake")'),
         Workload("make_fx_symbolic", make_fx_symbolic, doc='make_fx(tracing_mode="symbolic")'),
         Workload("export", export_workload, doc="torch.export.export(strict=False)"),
+        Workload("fake_tensor_prop", fake_tensor_prop,
+                 doc="first FakeTensorProp over the make_fx(fake) aten graph, static fakes, fresh mode"),
+        Workload("fake_tensor_prop_warm", fake_tensor_prop, warm=True,
+                 doc="FakeTensorProp again over a graph this process propagated before (fresh mode and fakes)"),
+        Workload("fake_tensor_prop_symbolic", fake_tensor_prop_symbolic,
+                 doc="FakeTensorProp over the make_fx(symbolic) graph, symbolic inputs, fresh ShapeEnv"),
+        Workload("export_prop", export_prop,
+                 doc="torch.export.export(strict=False), then FakeTensorProp over the exported graph"),
         Workload("fake_forward", fake_forward, warm=True, doc="warm forward inside FakeTensorMode"),
         Workload("fake_forward_real", fake_forward_real, warm=True,
                  doc="warm forward of the real-weight model, FakeTensorMode(allow_non_fake_inputs=True)"),
     )
 }
+
+for _w in _inductor.INDUCTOR_WORKLOADS:
+    WORKLOADS[_w.name] = _w
 
 # The openxla workloads exist only where torch_xla can run (see have_torch_xla);
 # elsewhere they are listed as unavailable with the reason.

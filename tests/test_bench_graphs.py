@@ -1,6 +1,8 @@
 """Graph identity: the benchmark workloads produce the same FX graphs (GraphModule
-code and per-node ``val`` metadata: shape/stride/dtype/device) with and without
-fastfake, on the ``small`` zoo models (one convnet, one transformer)."""
+code and per-node ``val`` metadata: shape/stride/dtype/device; for FakeTensorProp
+over a symbolic graph also the ShapeEnv's guards, replacements, ranges and
+runtime asserts) with and without fastfake, on the ``small`` zoo models (one
+convnet, two transformers)."""
 from __future__ import annotations
 
 import pytest
@@ -20,6 +22,9 @@ WORKLOADS_UNDER_TEST = (
     "compile_dynamic",
     "compile_train",
     "compile_train_dynamic",
+    "fake_tensor_prop",
+    "fake_tensor_prop_symbolic",
+    "export_prop",
 )
 
 @pytest.fixture(autouse=True)
