@@ -112,10 +112,16 @@ PyObject* fast_detach(PyObject* /*self*/, PyObject* const* args, size_t nargsf, 
   try {
     at::Tensor out;
     {
-      // no_python_dispatcher(), in_kernel_invocation_manager(fake_mode)
+      // no_python_dispatcher(), in_kernel_invocation_manager(fake_mode):
+      // _DisableTorchDispatch, then _PreserveDispatchKeyGuard (the whole
+      // thread-local set is put back afterwards: removing Meta again by key would
+      // leave its backend bit set on some releases) and
+      // _set_meta_in_tls_dispatch_include(True).
       c10::impl::DisablePythonDispatcher no_python_dispatcher;
       torch::DisableTorchDispatch no_torch_dispatch;
-      c10::impl::IncludeDispatchKeyGuard meta_in_tls(c10::DispatchKey::Meta);
+      auto local = c10::impl::tls_local_dispatch_key_set();
+      local.included_ = local.included_ | c10::DispatchKeySet(c10::DispatchKey::Meta);
+      c10::impl::ForceDispatchKeyGuard meta_in_tls(local);
       out = at::_ops::detach::call(xt);
     }
     {

@@ -360,6 +360,15 @@ def _first_difference(stock, fast) -> tuple[str, str] | None:
     return None
 
 
+def _dispatch_tls() -> tuple:
+    """The thread-local dispatch state a fast path must leave as it found it."""
+    return (
+        str(torch._C._dispatch_tls_local_include_set()),
+        str(torch._C._dispatch_tls_local_exclude_set()),
+        torch._C._meta_in_tls_dispatch_include(),
+    )
+
+
 @contextlib.contextmanager
 def stock_state_preserved() -> Iterator[None]:
     """Put stock's class-level dispatch cache and its counters back afterwards."""
@@ -407,8 +416,13 @@ def run(
                         continue
                     _C.reset_counters()
                     _functional.reset_counters()
-                    with fast(feature):
-                        got = _run(program, dev, symbolic, stock_device)
+                    tls = _dispatch_tls()
+                    with torch._C._PreserveDispatchKeyGuard():
+                        with fast(feature):
+                            got = _run(program, dev, symbolic, stock_device)
+                        tls_after = _dispatch_tls()
+                    if tls_after != tls and not isinstance(got, Exception):
+                        got = RuntimeError(f"thread-local dispatch keys changed: {tls} -> {tls_after}")
                     counts = dict(_C.counters())
                     counts.update(_functional.counters())
                     served += _served(counts, feature)

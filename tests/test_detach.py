@@ -16,6 +16,7 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 import fastfake
 from fastfake import _C, _detach
+from fastfake._selftest import _dispatch_tls
 
 STOCK = _detach.stock_fast_detach()
 
@@ -56,7 +57,9 @@ def describe(t: torch.Tensor) -> tuple:
 
 def assert_same(mode, x, *extra):
     fastfake.reset_stats()
+    tls = _dispatch_tls()
     got = _C.fast_detach(mode, x, *extra)
+    assert _dispatch_tls() == tls  # the thread-local dispatch state is put back
     assert fastfake.stats()["detach.fast"] == 1, fastfake.stats()
     want = STOCK(mode, x, *extra)
     assert describe(got) == describe(want)

@@ -319,3 +319,36 @@ def test_wrong_snapshot_is_caught():
     assert "'detach': False" in out and "'cache': True" in out, out
     assert "requires_grad" in out, out
     assert "stock in place: True" in out, out
+
+
+def test_leaked_dispatch_state_is_caught_and_undone():
+    """A fast path that leaves thread-local dispatch state behind (fault injection:
+    Meta left in the include set, what a guard that restores by key did on torch
+    2.9) fails its feature, and the self-test puts the state back, so the process
+    keeps working (real tensor ops, the other features)."""
+    r = _in_subprocess(
+        """
+        import warnings
+        import torch
+        import fastfake
+        from fastfake import _C, _detach
+
+        def leaky(mode, x, include_real=False):
+            out = _C.fast_detach(mode, x, include_real)
+            torch._C._set_meta_in_tls_dispatch_include(True)
+            return out
+
+        _detach.fast = leaky
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            fastfake.install()
+        print("passed:", fastfake.selftest_report()["passed"])
+        print("meta in tls:", torch._C._meta_in_tls_dispatch_include())
+        torch.empty(3).uniform_()
+        print("real ops work")
+        """
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = r.stdout
+    assert "'detach': False" in out and "'cache': True" in out, out
+    assert "meta in tls: False" in out and "real ops work" in out, out
