@@ -58,9 +58,39 @@ Lru& g_lru = *new Lru; // never destroyed: entries own Python objects
 std::unordered_map<Key, Lru::iterator, KeyHash>& g_index =
     *new std::unordered_map<Key, Lru::iterator, KeyHash>;
 
+size_t g_bytes = 0; // sum of the entries' bytes
+
+// What an entry holds: its list node and key, the index node and its copy of the
+// key, the output specs and their size vectors, the symbolic recipes, and the
+// Python tuple of every new SymNode value (its sympy objects are counted once
+// per tuple, though most are shared with the ShapeEnv).
+size_t entry_bytes(const Key& key, const Entry& e) {
+  constexpr size_t kNode = 2 * sizeof(void*);
+  constexpr size_t kPyFields = 104 + 200; // 6-tuple + an expression of its own
+  size_t n = kNode + sizeof(std::pair<Key, Entry>) + key.capacity() * sizeof(int64_t);
+  n += kNode + sizeof(Key) + sizeof(Lru::iterator) + key.size() * sizeof(int64_t);
+  for (const auto& o : e.outs) {
+    n += sizeof(OutSpec) + (o.sizes.capacity() + o.strides.capacity()) * sizeof(int64_t);
+    if (o.sym) {
+      const SymShape& m = *o.sym;
+      n += sizeof(SymShape) + (m.sizes.capacity() + m.strides.capacity()) * sizeof(SymVal) +
+          m.derived.capacity() * sizeof(m.derived[0]);
+      auto fields = [&](const SymVal& v) { n += v.fields != nullptr ? kPyFields : 0; };
+      for (const auto& v : m.sizes) fields(v);
+      for (const auto& v : m.strides) fields(v);
+      fields(m.offset);
+      fields(m.nbytes);
+      for (const auto& d : m.derived) fields(d.second);
+    }
+  }
+  return n;
+}
+
 void evict_if_full() {
-  while (g_lru.size() > g_config.cache_max_entries && !g_lru.empty()) {
+  while (!g_lru.empty() &&
+         (g_lru.size() > g_config.cache_max_entries || g_bytes > g_config.cache_max_bytes)) {
     auto& back = g_lru.back();
+    g_bytes -= back.second.bytes;
     g_index.erase(back.first);
     back.second.release();
     g_lru.pop_back();
@@ -71,10 +101,13 @@ void evict_if_full() {
 void store(Key&& key, Entry&& e) {
   auto old = g_index.find(key);
   if (old != g_index.end()) {
+    g_bytes -= old->second->second.bytes;
     old->second->second.release();
     g_lru.erase(old->second);
     g_index.erase(old);
   }
+  e.bytes = entry_bytes(key, e);
+  g_bytes += e.bytes;
   g_lru.emplace_front(std::move(key), std::move(e));
   g_index[g_lru.front().first] = g_lru.begin();
   evict_if_full();
@@ -128,10 +161,15 @@ void cache_clear() {
   }
   g_lru.clear();
   g_index.clear();
+  g_bytes = 0;
 }
 
 size_t cache_size() {
   return g_lru.size();
+}
+
+size_t cache_bytes() {
+  return g_bytes;
 }
 
 PyObject* try_cache(

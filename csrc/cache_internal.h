@@ -89,6 +89,7 @@ struct Entry {
   // (its version, and the replacement of every symbol the entry involves).
   long long env_version = -1;
   PyObject* validity = nullptr; // owned, opaque to C++ (fastfake._cache)
+  size_t bytes = 0; // what it holds (entry_bytes), set by store()
 
   void release() {
     Py_CLEAR(func);

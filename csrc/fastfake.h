@@ -118,6 +118,9 @@ struct Config {
   size_t max_signatures_per_op = 1024;
   bool cache = false;
   size_t cache_max_entries = 1 << 16;
+  // ... and by the bytes its entries hold (estimated: keys, index, output specs,
+  // the Python tuples of new SymNode values); the LRU end goes first either way.
+  size_t cache_max_bytes = size_t(64) << 20;
   // Also cache calls with symbolic shapes (per ShapeEnv).
   bool cache_symbolic = true;
   // Convert non-fake tensor arguments (allow_non_fake_inputs) and serve the call.
@@ -294,6 +297,7 @@ PyObject* synth_recipe(PyObject* synth, bool fresh);
 PyObject* synth_build(PyObject* mode, PyObject* dtype, PyObject* device, PyObject* sizes,
                       PyObject* strides, PyObject* offset, PyObject* base, PyObject* recipe);
 size_t cache_size();
+size_t cache_bytes();
 
 // ---------------------------------------------------------------------------
 // stock_counts.cpp: FakeTensorMode.cache_info() as stock would report it

@@ -154,12 +154,14 @@ PYBIND11_MODULE(_C, m) {
          size_t max_signatures_per_op,
          size_t cache_max_entries,
          bool cache_symbolic,
-         bool real_inputs) {
+         bool real_inputs,
+         size_t cache_max_bytes) {
         g_config.elementwise = elementwise;
         g_config.cache_symbolic = cache_symbolic;
         g_config.real_inputs = real_inputs;
         g_config.cache = cache;
         g_config.cache_max_entries = cache_max_entries;
+        g_config.cache_max_bytes = cache_max_bytes;
         g_config.crosscheck = crosscheck;
         g_config.max_signatures_per_op = max_signatures_per_op;
       },
@@ -169,7 +171,8 @@ PYBIND11_MODULE(_C, m) {
       py::arg("max_signatures_per_op"),
       py::arg("cache_max_entries"),
       py::arg("cache_symbolic") = true,
-      py::arg("real_inputs") = true);
+      py::arg("real_inputs") = true,
+      py::arg("cache_max_bytes") = size_t(64) << 20);
   m.def("cache_clear", &cache_clear, "Drop every result-cache entry.");
   m.def(
       "take_stock_counts",
@@ -198,6 +201,7 @@ PYBIND11_MODULE(_C, m) {
       },
       "Count served calls for stock's cache statistics (returns the previous setting).");
   m.def("cache_size", &cache_size, "Number of result-cache entries.");
+  m.def("cache_bytes", &cache_bytes, "Bytes the result-cache entries hold (estimated as the byte bound counts them).");
   m.def(
       "synth_recipe",
       [](py::handle synth, bool fresh) { return steal_or_throw(synth_recipe(synth.ptr(), fresh)); },

@@ -19,6 +19,8 @@ log = logging.getLogger("fastfake")
 MAX_SIGNATURES_PER_OP = 1024
 # Upper bound on result-cache entries (LRU, see csrc/cache.cpp).
 CACHE_MAX_ENTRIES = 1 << 16
+#: ... and by the bytes its entries hold (fastfake._C.cache_bytes(), estimated)
+CACHE_MAX_BYTES = 64 << 20
 
 
 @dataclass(frozen=True)
@@ -214,6 +216,7 @@ def install(
         crosscheck=opts.crosscheck,
         max_signatures_per_op=MAX_SIGNATURES_PER_OP,
         cache_max_entries=CACHE_MAX_ENTRIES,
+        cache_max_bytes=CACHE_MAX_BYTES,
         cache_symbolic=_symbolic_cache_allowed(_State.selftest),
         real_inputs=not _env_flag("FASTFAKE_NO_REAL_INPUTS"),
     )
@@ -293,6 +296,7 @@ def _run_selftest(ft) -> _selftest.Report:
             crosscheck=False,
             max_signatures_per_op=MAX_SIGNATURES_PER_OP,
             cache_max_entries=CACHE_MAX_ENTRIES,
+            cache_max_bytes=CACHE_MAX_BYTES,
             cache_symbolic=feature == "cache_symbolic",
         )
         _apply(ft, Options(elementwise=True, cache=feature != "elementwise", device=True))
@@ -362,6 +366,7 @@ def _configure_off() -> None:
         crosscheck=False,
         max_signatures_per_op=MAX_SIGNATURES_PER_OP,
         cache_max_entries=CACHE_MAX_ENTRIES,
+        cache_max_bytes=CACHE_MAX_BYTES,
     )
 
 

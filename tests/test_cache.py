@@ -628,6 +628,49 @@ def test_bounded_lru():
     assert fastfake._C.get_config()[4] == 1 << 16
 
 
+@pytest.mark.parametrize("with_shape_env", [False, True], ids=["static", "symbolic"])
+def test_bounded_in_bytes(with_shape_env):
+    """The cache is bounded by the bytes its entries hold, too: with a small byte
+    bound, many distinct keys evict the LRU end and the accounted bytes stay under
+    the bound; results stay stock's; cache_clear() returns the count to 0."""
+    mode = FakeTensorMode(shape_env=ShapeEnv() if with_shape_env else None)
+    shapes = [(2 + n % 7, 3 + n) for n in range(60)]
+    if with_shape_env:
+        xs = [mode.from_tensor(torch.empty(*s)) for s in shapes]
+    else:
+        with mode:
+            xs = [torch.empty(*s) for s in shapes]
+    bound = 8 << 10
+    fastfake.install()
+    try:
+        fastfake._C.set_config(elementwise=True, cache=True, crosscheck=False, max_signatures_per_op=1024,
+                               cache_max_entries=1 << 16, cache_max_bytes=bound)
+        fastfake.cache_clear()
+        assert fastfake._C.cache_bytes() == 0
+        fastfake.reset_stats()
+        got = []
+        with mode:
+            for _ in range(2):
+                for x in xs:
+                    got.append(x.t().sum(0))
+                    assert 0 <= fastfake._C.cache_bytes() <= bound
+        s = fastfake.stats()
+        assert s["cache.evict"] > 0, s
+        assert 0 < fastfake._C.cache_size() < len(xs)
+        per_entry = fastfake._C.cache_bytes() / fastfake._C.cache_size()
+        assert 100 < per_entry < 4000, per_entry
+        fastfake.cache_clear()
+        assert fastfake._C.cache_bytes() == 0 and fastfake._C.cache_size() == 0
+    finally:
+        fastfake.uninstall()
+        fastfake.install()
+        fastfake.uninstall()
+    with mode:
+        want = [x.t().sum(0) for x in xs] * 2
+    for a, b in zip(got, want):
+        assert (a.shape, a.stride(), a.dtype, a.device) == (b.shape, b.stride(), b.dtype, b.device)
+
+
 # ---------------------------------------------------------------------------
 # no leaks
 # ---------------------------------------------------------------------------

@@ -317,14 +317,16 @@ class Twin:
 def tight_bounds(signatures: int, entries: int):
     """Small signature limit and result-cache bound so that limits and eviction
     run within a short program (restored afterwards)."""
-    old = (_install.MAX_SIGNATURES_PER_OP, _install.CACHE_MAX_ENTRIES)
-    _install.MAX_SIGNATURES_PER_OP, _install.CACHE_MAX_ENTRIES = signatures, entries
+    old = (_install.MAX_SIGNATURES_PER_OP, _install.CACHE_MAX_ENTRIES, _install.CACHE_MAX_BYTES)
+    # the byte bound: about a dozen entries, so byte eviction runs as well
+    _install.MAX_SIGNATURES_PER_OP, _install.CACHE_MAX_ENTRIES, _install.CACHE_MAX_BYTES = (
+        signatures, entries, 16 << 10)
     fastfake.uninstall()
     try:
         fastfake.install()
         yield
     finally:
-        _install.MAX_SIGNATURES_PER_OP, _install.CACHE_MAX_ENTRIES = old
+        _install.MAX_SIGNATURES_PER_OP, _install.CACHE_MAX_ENTRIES, _install.CACHE_MAX_BYTES = old
         fastfake.uninstall()
         fastfake.install()
         fastfake.uninstall()
@@ -530,6 +532,7 @@ class FakeTensorMachine(RuleBasedStateMachine):
     @invariant()
     def caches_bounded(self):
         assert fastfake._C.cache_size() <= _install.CACHE_MAX_ENTRIES
+        assert fastfake._C.cache_bytes() <= _install.CACHE_MAX_BYTES
 
 
 class SymbolicFakeTensorMachine(FakeTensorMachine):
