@@ -195,10 +195,12 @@ def _detach_program(mode, dev: str) -> list:
     from torch.fx.experimental.proxy_tensor import make_fx, snapshot_fake
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
+    # First, as in the other programs: on 2.15 a symbol's name depends on what the
+    # process created before it, and only a fresh mode's first input is named alike.
+    s = _symbolic_input(mode, "cpu", 6, 8)  # made from a real tensor
     # (a view of a requires_grad fake cuda tensor aborts a CPU-only torch build)
     x = torch.empty(4, 6, device=dev, requires_grad=dev == "cpu")
     b = torch.empty(3, 5, dtype=torch.bfloat16, device=dev)
-    s = _symbolic_input(mode, "cpu", 6, 8)  # made from a real tensor
     with torch.inference_mode():
         inf = torch.empty(5, device=dev)
     out = []
