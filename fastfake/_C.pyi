@@ -84,6 +84,7 @@ def set_config(
     cache_max_entries: int,
     cache_symbolic: bool = True,
     real_inputs: bool = True,
+    cache_max_bytes: int = 64 << 20,
 ) -> None: ...
 def get_config() -> tuple[bool, bool, int, bool, int, bool]:
     """(elementwise, crosscheck, max_signatures_per_op, cache, cache_max_entries,
@@ -91,6 +92,11 @@ def get_config() -> tuple[bool, bool, int, bool, int, bool]:
 
 def cache_clear() -> None:
     """Drop every result-cache entry."""
+
+def cache_bytes() -> int:
+    """Bytes the result-cache entries hold, as the byte bound counts them (estimated
+    per entry when it is stored: keys, index, output specs, symbolic recipes and the
+    Python tuples of new SymNode values)."""
 
 def cache_size() -> int:
     """Number of result-cache entries."""
