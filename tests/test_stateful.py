@@ -176,16 +176,14 @@ class World:
     def make(self, mode_idx: int, shape: tuple, stride: tuple | None, dtype, device: str,
              requires_grad: bool) -> Any:
         with self.active():
-            if mode_idx == 2:  # a real tensor (each world its own, same metadata)
-                t = (torch.empty(shape, dtype=dtype) if stride is None
-                     else torch.empty_strided(shape, stride, dtype=dtype))
+            if mode_idx == 2:  # a real tensor (each world its own, same metadata and values)
+                t = _zeros(shape, stride, dtype)
                 if requires_grad and (dtype.is_floating_point or dtype.is_complex):
                     t.requires_grad_(True)
                 return t
             mode = self.modes[mode_idx]
             if self.symbolic:
-                real = (torch.empty(shape, dtype=dtype) if stride is None
-                        else torch.empty_strided(shape, stride, dtype=dtype))
+                real = _zeros(shape, stride, dtype)
                 ctx = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC] * len(shape))
                 # A named source, as Dynamo / make_fx / export give: without one, the
                 # converter names the symbols' source after its memo's current length,
@@ -311,6 +309,14 @@ class Twin:
     def forget(self) -> None:
         self.program.append("forget learned signatures")
         fastfake._C.forget_signatures()
+
+
+def _zeros(shape: tuple, stride: tuple | None, dtype) -> torch.Tensor:
+    """A real tensor with defined values: what a conversion reads of them (a 0-d
+    tensor's value becomes its item() memo unless it is NaN or inf) must not
+    depend on uninitialised memory, which differs between the two worlds."""
+    t = torch.empty(shape, dtype=dtype) if stride is None else torch.empty_strided(shape, stride, dtype=dtype)
+    return t.zero_()
 
 
 @contextlib.contextmanager
