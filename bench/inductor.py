@@ -7,7 +7,8 @@ that imports torch (and installs fastfake when the parent has it installed),
 builds the model from its spec (seed 0), and times ``torch.compile(model,
 dynamic=...)`` up to the first output -- ``compiled(*inputs)`` under ``no_grad``,
 or forward + ``backward()`` of the sum of outputs in training mode ("time to
-first output"; imports and model building are not timed). The child reports that
+first output"; imports and model building are not timed, and a full garbage
+collection runs just before, as the in-process harness does). The child reports that
 time, dynamo's compile metrics, the Inductor / AOTAutograd cache counters, every
 generated output-code module (``GraphLowering.save_output_code``, called for new
 and for cache-loaded graphs alike) and fastfake's counters.
@@ -33,6 +34,7 @@ For the dispatch share the child times stock's ``FakeTensorMode.__torch_dispatch
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import shutil
@@ -170,6 +172,7 @@ def _child(args) -> None:
     if timer is not None:
         timer.__enter__()
     fastfake.reset_stats()
+    gc.collect()  # as the in-process harness does before every timed run
     t0 = time.perf_counter()
     compiled = torch.compile(model, dynamic=args.dynamic)
     if args.train:
