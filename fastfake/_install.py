@@ -225,10 +225,11 @@ def install(
         _functional.install(crosscheck=opts.crosscheck)
     else:
         _functional.uninstall()
-    if (opts.elementwise or opts.cache) and _fast_detach_allowed(_State.selftest, ft):
-        _detach.install(crosscheck=opts.crosscheck)
-    else:
-        _detach.uninstall()
+    _patch_fast_detach(
+        _detach.replacement(crosscheck=opts.crosscheck)
+        if (opts.elementwise or opts.cache) and _fast_detach_allowed(_State.selftest, ft)
+        else None
+    )
     _State.options = opts
     _State.requested = requested
 
@@ -243,6 +244,14 @@ def _symbolic_cache_allowed(report) -> bool:
 
 def _functional_memo_allowed(report) -> bool:
     return not _env_flag("FASTFAKE_NO_FUNCTIONAL_MEMO") and report.passed.get("functional_storage", False)
+
+
+def _patch_fast_detach(replacement: object | None) -> None:
+    """The name ``snapshot_fake`` calls (``proxy_tensor.fast_detach``), patched and
+    restored as the class attributes are (:func:`_patch`)."""
+    from torch.fx.experimental import proxy_tensor
+
+    _patch(proxy_tensor, "fast_detach", replacement)  # type: ignore[arg-type]
 
 
 def _fast_detach_allowed(report, ft) -> bool:
@@ -303,11 +312,11 @@ def _run_selftest(ft) -> _selftest.Report:
         if feature == "functional_storage":
             _functional.install()
         if feature == "detach":
-            _detach.install()
+            _patch_fast_detach(_detach.replacement())
         try:
             yield
         finally:
-            _detach.uninstall()
+            _patch_fast_detach(None)
             _functional.uninstall()
             _apply(ft, Options(elementwise=False, cache=False, device=False))
             _configure_off()
@@ -374,7 +383,6 @@ def uninstall() -> None:
     """Restore every patched attribute to the identical original object."""
     _stock_cache.detach()
     _functional.uninstall()
-    _detach.uninstall()
     for (cls, name), original in _State.originals.items():
         if cls.__dict__.get(name) is not original:
             setattr(cls, name, original)
