@@ -25,9 +25,15 @@ import torch
 import fastfake
 
 from . import harness
-from . import workloads as _workloads_mod
 from .models import MODEL_NAMES, MODELS, SIZES, have_transformers
-from .workloads import DEFAULT_WORKLOADS, UNAVAILABLE_WORKLOADS, WORKLOAD_NAMES, WORKLOADS, diff_graphs
+from .workloads import (
+    DEFAULT_WORKLOADS,
+    UNAVAILABLE_WORKLOADS,
+    WORKLOAD_NAMES,
+    WORKLOADS,
+    child_report,
+    diff_graphs,
+)
 
 # Extra timers some workloads report next to dynamo's (openxla: the XLA lowering,
 # which runs outside entire_frame_compile). Medians are reported per key.
@@ -193,7 +199,7 @@ def run_cell(spec, model, inputs, wl, args, progress: Progress) -> dict:
             def share_run():
                 if wl.subprocess:  # the child times stock's dispatch itself
                     run(fake_share=True)
-                    rep = _workloads_mod.child_report()
+                    rep = child_report()
                     total = harness.trace_seconds(0.0, rep["timing"])
                     return total, rep["fake_dispatch_s"], rep["fake_calls"]
                 if not wl.warm:
@@ -301,9 +307,7 @@ def run_cell(spec, model, inputs, wl, args, progress: Progress) -> dict:
                     row["outputs_diff"] = dv
                     _log(f"OUTPUT MISMATCH {name}:\n{dv}")
     harness.set_impl("stock")
-    cleanup = getattr(run, "cleanup", None)
-    if cleanup is not None:
-        cleanup()
+    harness.release(run)
 
     for impl in harness.IMPLS:
         runs = row["runs"][impl]

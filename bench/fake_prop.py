@@ -34,18 +34,6 @@ import torch
 from .records import GraphRecord, record_graph
 
 
-def _trace(model, inputs, tracing_mode: str):
-    from torch.fx.experimental.proxy_tensor import make_fx
-
-    from .workloads import _functional, _param_inputs
-
-    model.eval()
-    names, tensors = _param_inputs(model, requires_grad=False)
-    with torch.no_grad():
-        gm = make_fx(_functional(model, names), tracing_mode=tracing_mode)(*tensors, *inputs)
-    return gm, list(tensors) + list(inputs), len(tensors)
-
-
 def record_shape_env(label: str, shape_env) -> GraphRecord:
     """The ShapeEnv's observable state as a record (compared line by line)."""
     meta = []
@@ -89,7 +77,10 @@ def _propagate(gm, values, *, n_static: int, symbolic: bool, capture: bool) -> l
 
 
 def _prop_workload(model, inputs, tracing_mode: str, symbolic: bool):
-    gm, values, n_static = _trace(model, inputs, tracing_mode)
+    from .workloads import trace_functional
+
+    gm, params = trace_functional(model, inputs, tracing_mode)
+    values, n_static = list(params) + list(inputs), len(params)
 
     def run(capture: bool = False) -> list[GraphRecord]:
         return _propagate(gm, values, n_static=n_static, symbolic=symbolic, capture=capture)

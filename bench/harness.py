@@ -69,6 +69,14 @@ def fresh_state(*, cold_fastfake: bool = True, run=None) -> None:
         backend_reset()
 
 
+def release(run) -> None:
+    """Drop what a workload callable keeps on disk (``run.cleanup``: the inductor
+    workloads' cache directories); a no-op for the others."""
+    cleanup = getattr(run, "cleanup", None)
+    if cleanup is not None:
+        cleanup()
+
+
 def reset_counters() -> None:
     simple_call_counter.clear()
     fastfake.reset_stats()
@@ -295,9 +303,7 @@ def capture_graphs(spec_name: str, workload_name: str, impl: str, *, size: str =
         return run(capture=True)
     finally:
         set_impl("fastfake" if prev else "stock")
-        cleanup = getattr(run, "cleanup", None)
-        if cleanup is not None:
-            cleanup()
+        release(run)
 
 
 def check_graphs(spec_name: str, workload_name: str, *, size: str = "small",

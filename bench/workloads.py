@@ -178,14 +178,21 @@ def aot_function_workload(model, inputs, *, spec=None, size="default"):
     return run
 
 
-def _make_fx(model, inputs, tracing_mode: str):
+def trace_functional(model, inputs, tracing_mode: str):
+    """``make_fx`` of the functional forward under ``no_grad``: (graph module, its
+    parameters and buffers, in placeholder order)."""
     from torch.fx.experimental.proxy_tensor import make_fx
 
+    model.eval()
+    names, tensors = _param_inputs(model, requires_grad=False)
+    with torch.no_grad():
+        gm = make_fx(_functional(model, names), tracing_mode=tracing_mode)(*tensors, *inputs)
+    return gm, tensors
+
+
+def _make_fx(model, inputs, tracing_mode: str):
     def run(capture: bool = False) -> list[GraphRecord]:
-        model.eval()
-        names, tensors = _param_inputs(model, requires_grad=False)
-        with torch.no_grad():
-            gm = make_fx(_functional(model, names), tracing_mode=tracing_mode)(*tensors, *inputs)
+        gm, _ = trace_functional(model, inputs, tracing_mode)
         return [record_graph("make_fx", gm)] if capture else []
 
     return run
