@@ -38,15 +38,13 @@ namespace fastfake {
 
 namespace {
 
-PyObject* g_stock_fast_detach = nullptr; // torch._subclasses.fake_impls.fast_detach
-
 PyObject* call_stock(PyObject* const* args, size_t nargsf, PyObject* kwnames, Stat why) {
   bump(why);
-  if (g_stock_fast_detach == nullptr) {
+  if (g_py.stock_fast_detach == nullptr) {
     PyErr_SetString(PyExc_RuntimeError, "fastfake: fast_detach used before setup_detach()");
     return nullptr;
   }
-  return PyObject_Vectorcall(g_stock_fast_detach, args, nargsf, kwnames);
+  return PyObject_Vectorcall(g_py.stock_fast_detach, args, nargsf, kwnames);
 }
 
 bool in_kernel(PyObject* mode) {
@@ -65,11 +63,6 @@ bool plain_tls() {
 }
 
 } // namespace
-
-void set_stock_fast_detach(PyObject* fn) {
-  Py_XINCREF(fn);
-  Py_XSETREF(g_stock_fast_detach, fn);
-}
 
 PyObject* fast_detach(PyObject* /*self*/, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
   const Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);

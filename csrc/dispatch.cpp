@@ -27,7 +27,6 @@ bool export_leak_tracking() {
   return on;
 }
 
-
 PyObject* call_stock_dispatch(
     PyObject* mode,
     PyObject* func,

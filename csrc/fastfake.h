@@ -184,6 +184,7 @@ struct PyRefs {
   // non-fake inputs (set by _C.setup_real_inputs())
   PyObject* tensor_type = nullptr; // torch.Tensor
   PyObject* parameter_type = nullptr; // torch.nn.Parameter
+  PyObject* stock_fast_detach = nullptr; // torch._subclasses.fake_impls.fast_detach
   PyObject* fake_tensor_tls = nullptr; // torch._subclasses.fake_tensor.fake_tensor_tls
   PyObject* real_policy_hook = nullptr; // fastfake._real_inputs.policy
   PyObject* s_allow_override = nullptr; // "allow_non_fake_inputs_override"
@@ -223,9 +224,9 @@ PyObject* make_fake_tensor(PyObject* mode, at::Tensor elem, PyObject* device);
 bool export_leak_tracking();
 
 // detach.cpp: the C-level stand-in for torch._subclasses.fake_impls.fast_detach
-// (vectorcall signature; stock's function serves every call it does not).
+// (vectorcall signature; stock's function, g_py.stock_fast_detach, serves every
+// call it does not).
 PyObject* fast_detach(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames);
-void set_stock_fast_detach(PyObject* fn);
 
 // The Python SymNode behind a SymNode implementation (nullptr if it is not one
 // backed by Python). Borrowed.

@@ -134,7 +134,7 @@ PYBIND11_MODULE(_C, m) {
   m.attr("fast_detach") = steal_or_throw(PyCFunction_NewEx(&fast_detach_def, nullptr, m.attr("__name__").ptr()));
   m.def(
       "setup_detach",
-      [](py::handle stock) { set_stock_fast_detach(stock.is_none() ? nullptr : stock.ptr()); },
+      [](py::handle stock) { set_ref(g_py.stock_fast_detach, stock); },
       "Bind stock's torch._subclasses.fake_impls.fast_detach (called for every case not served).");
 
   m.def(
