@@ -255,7 +255,11 @@ PyObject* try_cache(
     if (r != nullptr) {
       *served = true;
       bump(CacheHit);
-      stock_count_hit();
+      if (e.stock_bypasses) {
+        stock_count_unsafe_view();
+      } else {
+        stock_count_hit();
+      }
       if (ctx.symbolic) bump(CacheSymHit);
     }
     return r;

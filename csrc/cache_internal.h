@@ -76,12 +76,18 @@ struct OutSpec {
   int64_t offset = 0;
   PyObject* device = nullptr; // owned torch.device
   bool conj = false, neg = false;
+  // The output has a version counter of its own (stock's uncached _unsafe_view:
+  // an alias made by its kernel, not through set_, which bumps the version).
+  bool fresh_version = false;
   std::shared_ptr<SymShape> sym; // symbolic entries: how to build every int-like
 };
 
 struct Entry {
   bool negative = false;
   Stat reason = CacheBypassStock; // counted when a negative entry is hit
+  // Served although stock bypasses its cache for the call ("unsafe view"): a hit
+  // counts as stock's bypass, not as a stock hit.
+  bool stock_bypasses = false;
   bool tuple = false;
   PyObject* func = nullptr; // owned: keeps the op id in the key valid
   std::vector<OutSpec> outs;

@@ -151,6 +151,7 @@ bool learn_symbolic_tensor(const KeyCtx& ctx, PyObject* o, OutSpec& s) {
 //   (is_tuple, [out, ...]) with out one of
 //     ("inplace", idx) | ("none",) |
 //     ("tensor", dtype, sizes, strides, offset, device, is_conj, is_neg, view_idx) |
+//     ("tensor", ..., view_idx, "unsafe view")   (a view with a version of its own) |
 //     ("tensor_sym", synthesised FakeTensor, view_idx)      (symbolic keys only)
 //   symbolic keys: (is_tuple, [out, ...], validity)
 bool parse_entry(const KeyCtx& ctx, PyObject* desc, Entry& e) {
@@ -190,7 +191,8 @@ bool parse_entry(const KeyCtx& ctx, PyObject* desc, Entry& e) {
         Py_CLEAR(s.device);
         return false;
       }
-    } else if (std::strcmp(kind, "tensor") == 0 && PyTuple_GET_SIZE(o) == 9 && !ctx.symbolic) {
+    } else if (std::strcmp(kind, "tensor") == 0 &&
+               (PyTuple_GET_SIZE(o) == 9 || PyTuple_GET_SIZE(o) == 10) && !ctx.symbolic) {
       PyObject* dtype = PyTuple_GET_ITEM(o, 1);
       PyObject* device = PyTuple_GET_ITEM(o, 5);
       if (!THPDtype_Check(dtype) || !THPDevice_Check(device)) return false;
@@ -211,6 +213,13 @@ bool parse_entry(const KeyCtx& ctx, PyObject* desc, Entry& e) {
       const long long view_idx = PyLong_AsLongLong(PyTuple_GET_ITEM(o, 8));
       s.kind = view_idx >= 0 ? OutSpec::View : OutSpec::Fresh;
       s.idx = view_idx;
+      if (PyTuple_GET_SIZE(o) == 10) {
+        // ("tensor", ..., view_idx, "unsafe view"): learned from stock's own
+        // uncached output where stock bypasses its cache (fastfake._cache)
+        if (s.kind != OutSpec::View) return false;
+        s.fresh_version = true;
+        e.stock_bypasses = true;
+      }
     } else {
       return false;
     }

@@ -217,6 +217,9 @@ PyObject* rebuild_one(PyObject* mode, PyObject* args, const KeyCtx& ctx, const O
     c10::impl::ExcludeDispatchKeyGuard no_python(c10::DispatchKeySet(
         {c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot}));
     empty.set_(base.storage(), s.offset, s.sizes, s.strides);
+    if (s.fresh_version) {
+      empty.unsafeGetTensorImpl()->set_version_counter(c10::VariableVersion(0));
+    }
   }
   return make_fake_tensor(mode, std::move(empty), s.device);
 }

@@ -87,6 +87,13 @@ namespace fastfake {
   _(RealStockNotAllowed, "real_inputs.stock.not_allowed")           \
   _(RealStockOp, "real_inputs.stock.op")                            \
   _(RealStockError, "real_inputs.stock.conversion_error")           \
+  _(ConvertFast, "convert.fast")                                    \
+  _(ConvertMemo, "convert.memo")                                    \
+  _(ConvertStockDisabled, "convert.stock.disabled")                 \
+  _(ConvertStockArgs, "convert.stock.arguments")                    \
+  _(ConvertStockTensor, "convert.stock.tensor")                     \
+  _(ConvertStockState, "convert.stock.state")                       \
+  _(ConvertStockSharedStorage, "convert.stock.shared_storage")      \
   _(DetachFast, "detach.fast")                                      \
   _(DetachStockArgs, "detach.stock.arguments")                      \
   _(DetachStockTensor, "detach.stock.tensor")                       \
@@ -129,6 +136,10 @@ struct Config {
   int inject_fault = 0;
   // Testing only: store a wrong device (meta) on the next N results served fast.
   int inject_device_fault = 0;
+  // Real tensors converted in C++ (csrc/convert.cpp).
+  bool convert = false;
+  // Testing only: the next n conversions leave requires_grad unset.
+  int inject_convert_fault = 0;
 };
 extern Config g_config;
 
@@ -191,6 +202,31 @@ struct PyRefs {
   PyObject* s_allow_non_fake_inputs = nullptr;
   PyObject* s_fake_tensor_converter = nullptr;
   PyObject* s_from_real_tensor = nullptr;
+  // csrc/convert.cpp
+  PyObject* converter_type = nullptr; // FakeTensorConverter
+  PyObject* meta_converter_type = nullptr; // meta_utils.MetaConverter
+  PyObject* describer_type = nullptr; // meta_utils.MetaTensorDescriber
+  PyObject* nested_int_registry = nullptr; // nested_tensor._tensor_symint_registry
+  PyObject* cpu_device = nullptr; // torch.device("cpu")
+  PyObject* s_meta_converter = nullptr;
+  PyObject* s_describer = nullptr;
+  PyObject* s_copy_data = nullptr;
+  PyObject* s_get_memo = nullptr; // "_get_memo"
+  PyObject* s_tensor_memo = nullptr;
+  PyObject* s_storage_memo = nullptr;
+  PyObject* s_lookup_storage = nullptr;
+  PyObject* s_get = nullptr;
+  PyObject* s_hit = nullptr;
+  PyObject* s_arg_cnt = nullptr;
+  PyObject* s_get_storage_id = nullptr;
+  PyObject* s_get_tensor_id = nullptr;
+  PyObject* s_untyped_storage = nullptr;
+  PyObject* s_requires_grad = nullptr;
+  PyObject* s_is_param = nullptr; // "_is_param"
+  PyObject* s_grad_dtype = nullptr;
+  PyObject* s_dynamo_dynamic_indices = nullptr;
+  PyObject* s_dynamo_hint_overrides = nullptr;
+  PyObject* s_is_buffer = nullptr; // "_is_buffer"
 };
 extern PyRefs g_py;
 
@@ -227,6 +263,12 @@ bool export_leak_tracking();
 // (vectorcall signature; stock's function, g_py.stock_fast_detach, serves every
 // call it does not).
 PyObject* fast_detach(PyObject* self, PyObject* const* args, size_t nargsf, PyObject* kwnames);
+
+// convert.cpp: FakeTensorConverter.from_real_tensor(mode, t) for a plain real
+// tensor (no shape env, source, symbolic context or make_constant: the caller
+// checks those). New reference: the FakeTensor; NotImplemented where stock must
+// convert (counted convert.stock.<why>); nullptr with an error set.
+PyObject* convert_real(PyObject* converter, PyObject* mode, PyObject* t);
 
 // The Python SymNode behind a SymNode implementation (nullptr if it is not one
 // backed by Python). Borrowed.
@@ -309,6 +351,7 @@ struct StockCounts {
   uint64_t hits = 0; // not yet added to FakeTensorMode.cache_hits
   uint64_t misses = 0; // not yet added to FakeTensorMode.cache_misses
   uint64_t non_fake_bypasses = 0; // not yet added to cache_bypasses["non-fake tensor"]
+  uint64_t unsafe_view_bypasses = 0; // not yet added to cache_bypasses["unsafe view"]
   uint64_t entries = 0; // entries stock's cache would hold beyond its own
 };
 extern StockCounts g_stock_counts;
@@ -321,6 +364,17 @@ inline void stock_count_hit() {
   } else {
     ++g_stock_counts.hits;
   }
+}
+// A served _unsafe_view: stock bypasses its cache for the call itself and runs
+// its kernel, which dispatches one op of its own that stock's cache answers.
+inline void stock_count_unsafe_view() {
+  if (!g_stock_counts.enabled) return;
+  if (g_stock_counts.non_fake_call) {
+    ++g_stock_counts.non_fake_bypasses;
+  } else {
+    ++g_stock_counts.unsafe_view_bypasses;
+  }
+  ++g_stock_counts.hits;
 }
 // An elementwise result built here for the call with this hash.
 void stock_count_served(uint64_t call);

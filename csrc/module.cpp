@@ -60,6 +60,25 @@ PYBIND11_MODULE(_C, m) {
   g_py.s_fake_tensor_converter = intern("fake_tensor_converter");
   g_py.s_from_real_tensor = intern("from_real_tensor");
   g_py.s_cache_hits = intern("cache_hits");
+  g_py.s_meta_converter = intern("meta_converter");
+  g_py.s_describer = intern("describer");
+  g_py.s_copy_data = intern("copy_data");
+  g_py.s_get_memo = intern("_get_memo");
+  g_py.s_tensor_memo = intern("tensor_memo");
+  g_py.s_storage_memo = intern("storage_memo");
+  g_py.s_lookup_storage = intern("lookup_storage");
+  g_py.s_get = intern("get");
+  g_py.s_hit = intern("hit");
+  g_py.s_arg_cnt = intern("arg_cnt");
+  g_py.s_get_storage_id = intern("get_storage_id");
+  g_py.s_get_tensor_id = intern("get_tensor_id");
+  g_py.s_untyped_storage = intern("untyped_storage");
+  g_py.s_requires_grad = intern("requires_grad");
+  g_py.s_is_param = intern("_is_param");
+  g_py.s_grad_dtype = intern("grad_dtype");
+  g_py.s_dynamo_dynamic_indices = intern("_dynamo_dynamic_indices");
+  g_py.s_dynamo_hint_overrides = intern("_dynamo_hint_overrides");
+  g_py.s_is_buffer = intern("_is_buffer");
   g_py.s_cache_misses = intern("cache_misses");
 
   m.def(
@@ -125,6 +144,34 @@ PYBIND11_MODULE(_C, m) {
       },
       "Bind torch.Tensor, nn.Parameter, fake_tensor_tls and the per-op conversion policy.");
 
+  m.def(
+      "setup_convert",
+      [](py::handle converter_type, py::handle meta_converter_type, py::handle describer_type,
+         py::handle nested_int_registry, py::handle cpu_device) {
+        set_ref(g_py.converter_type, converter_type);
+        set_ref(g_py.meta_converter_type, meta_converter_type);
+        set_ref(g_py.describer_type, describer_type);
+        set_ref(g_py.nested_int_registry, nested_int_registry);
+        set_ref(g_py.cpu_device, cpu_device);
+      },
+      "Bind FakeTensorConverter, MetaConverter, MetaTensorDescriber, the nested-int "
+      "registry and torch.device('cpu') for convert_real.");
+  m.def(
+      "convert_real",
+      [](py::handle converter, py::handle mode, py::handle t) {
+        return steal_or_throw(convert_real(converter.ptr(), mode.ptr(), t.ptr()));
+      },
+      "FakeTensorConverter.from_real_tensor(mode, t) in C++ for a plain real tensor "
+      "(NotImplemented where stock must convert).");
+  m.def(
+      "set_convert",
+      [](bool on) {
+        const bool was = g_config.convert;
+        g_config.convert = on;
+        return was;
+      },
+      "Serve plain conversions in C++ (returns the previous setting).");
+
   static PyMethodDef fast_detach_def = {
       "fast_detach",
       reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&fast_detach)),
@@ -177,12 +224,13 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "take_stock_counts",
       []() {
-        auto r = py::make_tuple(
-            g_stock_counts.hits, g_stock_counts.misses, g_stock_counts.non_fake_bypasses);
+        auto r = py::make_tuple(g_stock_counts.hits, g_stock_counts.misses,
+                                g_stock_counts.non_fake_bypasses, g_stock_counts.unsafe_view_bypasses);
         g_stock_counts.hits = g_stock_counts.misses = g_stock_counts.non_fake_bypasses = 0;
+        g_stock_counts.unsafe_view_bypasses = 0;
         return r;
       },
-      "(hits, misses, non-fake-tensor bypasses) stock's cache would have counted for "
+      "(hits, misses, non-fake-tensor bypasses, unsafe-view bypasses) stock's cache would have counted for "
       "the calls served since the last take; zeroes them.");
   m.def(
       "stock_cache_extra_entries",
@@ -221,14 +269,17 @@ PYBIND11_MODULE(_C, m) {
           g_config.inject_fault = n;
         } else if (kind == "device") {
           g_config.inject_device_fault = n;
+        } else if (kind == "convert") {
+          g_config.inject_convert_fault = n;
         } else {
-          throw py::value_error("_inject_fault: kind is 'dtype' or 'device'");
+          throw py::value_error("_inject_fault: kind is 'dtype', 'device' or 'convert'");
         }
       },
       py::arg("n"),
       py::arg("kind") = "dtype",
       "Testing only: give the next n fast results a wrong dtype, or store a wrong "
-      "device on the next n FakeTensors built.");
+      "device on the next n FakeTensors built, or leave requires_grad unset on the next "
+      "n conversions.");
   m.def("get_config", []() {
     return py::make_tuple(
         g_config.elementwise,

@@ -66,6 +66,38 @@ def fast_detach(fake_mode: Any, x: Any, include_real: bool = False) -> Any:
     non-strided layouts, unnormalised devices) is passed to stock's function, bound
     by :func:`setup_detach`. Counted as ``detach.fast`` / ``detach.stock.<why>``."""
 
+def setup_convert(
+    converter_type: type,
+    meta_converter_type: type,
+    describer_type: type,
+    nested_int_registry: Any,
+    cpu_device: Any,
+) -> None:
+    """Bind ``FakeTensorConverter``, ``meta_utils.MetaConverter``,
+    ``meta_utils.MetaTensorDescriber``, the nested-int registry
+    (``torch.nested._internal.nested_tensor._tensor_symint_registry``; conversions
+    wait for stock while it holds anything) and ``torch.device("cpu")``."""
+
+def convert_real(converter: Any, fake_mode: Any, t: Any) -> Any:
+    """``FakeTensorConverter.from_real_tensor(fake_mode, t)`` (no shape env, source,
+    symbolic context or make_constant: the caller checks those) in C++
+    (``csrc/convert.cpp``): stock's memo first (``converter._get_memo(t)``, counted
+    ``convert.memo``); then, for a plain real tensor -- a CPU ``torch.Tensor`` /
+    ``nn.Parameter`` leaf with a plain dense TensorImpl, not a view, no ``.grad``,
+    not an inference tensor, no conj / neg bit, storage offset 0, a nonempty
+    storage no live fake of the converter holds, ``grad_dtype`` equal to its dtype,
+    none of ``_dynamo_dynamic_indices`` / ``_dynamo_hint_overrides`` /
+    ``_is_buffer`` set -- stock's steps on stock's objects: ``meta_converter.hit``,
+    the describer's storage id then tensor id, ``arg_cnt``, a meta tensor of the
+    same sizes / strides / dtype wrapped as a FakeTensor on ``cpu``,
+    ``requires_grad``, the storage memo, ``_is_param`` for parameters, the tensor
+    memo (``convert.fast``). ``NotImplemented`` where stock must convert
+    (``convert.stock.{disabled,arguments,tensor,state,shared_storage}``)."""
+
+def set_convert(on: bool) -> bool:
+    """Serve plain conversions in :func:`convert_real` (returns the previous
+    setting; ``install()`` sets it with the patched ``from_real_tensor``)."""
+
 def setup_detach(stock: Any) -> None:
     """Bind stock's ``fast_detach`` (called for every case :func:`fast_detach` does
     not serve)."""
@@ -103,11 +135,15 @@ def cache_size() -> int:
 
 # ---- stock's cache statistics for served calls (csrc/stock_counts.cpp) ----
 
-def take_stock_counts() -> tuple[int, int, int]:
-    """(hits, misses, non-fake-tensor bypasses) stock's dispatch cache would have
-    counted for the calls served since the last take; zeroes them
-    (fastfake/_stock_cache.py adds them to ``FakeTensorMode.cache_hits`` /
-    ``cache_misses`` / ``cache_bypasses["non-fake tensor"]``)."""
+def take_stock_counts() -> tuple[int, int, int, int]:
+    """(hits, misses, non-fake-tensor bypasses, unsafe-view bypasses) stock's
+    dispatch cache would have counted for the calls served since the last take;
+    zeroes them (fastfake/_stock_cache.py adds them to ``FakeTensorMode.cache_hits``
+    / ``cache_misses`` / ``cache_bypasses["non-fake tensor"]`` /
+    ``cache_bypasses["unsafe view"]``). A served ``_unsafe_view`` (an entry learned
+    from stock's uncached output where stock bypasses its cache for the op) counts
+    as stock counts that call: one "unsafe view" bypass and one hit (the op its
+    kernel dispatches)."""
 
 def stock_cache_extra_entries() -> int:
     """Entries stock's cache would hold for elementwise calls served here."""
@@ -140,7 +176,8 @@ def _inject_fault(n: int, kind: str = "dtype") -> None:
     """Testing only: ``kind="dtype"``: the next ``n`` fast elementwise results get a
     wrong dtype; ``kind="device"``: the next ``n`` FakeTensors fastfake serves store
     a wrong device (meta) in their device attribute (what a wrong internal on
-    another release gives)."""
+    another release gives); ``kind="convert"``: the next ``n`` conversions by
+    :func:`convert_real` leave ``requires_grad`` unset."""
 
 def register_elementwise(
     op: Any, name: str, inplace: bool, args: list[tuple[str, int, bool, bool, Any]]

@@ -277,6 +277,60 @@ def _describe_symbolic(mode, state, key, func, args, kwargs, entry, out, stock_h
     return (entry.is_output_tuple, outputs, _validity(mode.shape_env, inputs, synths))
 
 
+_PLAIN_KEYS: list = []
+
+
+def _plain_state(t) -> bool:
+    """``t.__dict__`` is a fresh FakeTensor's: stock's keys, nothing but the mode
+    and the device set (what every FakeTensor rebuilt here carries)."""
+    if not _PLAIN_KEYS:
+        _PLAIN_KEYS.append(list(_compat.fake_dict_template()))
+    d = vars(t)
+    if list(d) != _PLAIN_KEYS[0]:
+        return False
+    device_attr = _compat.fake_device_attr()
+    return all(v is None for k, v in d.items() if k not in ("fake_mode", device_attr))
+
+
+def _describe_unsafe_view(mode, func, args, kwargs, out):
+    """An entry for ``_unsafe_view``, which stock caches as a view from 2.15 on and
+    bypasses its cache for before ("unsafe view"), read off the output stock's
+    uncached call just returned: static sizes, strides and offset over the
+    input's storage, a version counter of its own (version 0). Its kernel's output
+    depends on nothing but what the key holds (the input's sizes, strides, offset,
+    storage size, dtype, device; the size argument), so the entry is exact for
+    every call with the same key; served hits count as stock's bypasses.
+    ``None`` (stock's bypass stands) for anything else."""
+    if func is not torch.ops.aten._unsafe_view.default or kwargs or len(args) != 2:
+        return None
+    base = args[0]
+    if type(base) is not ft.FakeTensor or type(out) is not ft.FakeTensor:
+        return None
+    if out.fake_mode is not mode or base.fake_mode is not mode:
+        return None
+    if (
+        out.layout != torch.strided
+        or out.requires_grad
+        or out.is_conj()
+        or out.is_neg()
+        or out.is_inference()
+        or out._version != 0
+        or out.constant is not None
+        or out.untyped_storage()._cdata != base.untyped_storage()._cdata
+        or out.fake_device != base.fake_device
+        or not _plain_state(out)
+    ):
+        return None
+    shape, stride, offset = tuple(out.shape), out.stride(), out.storage_offset()
+    if not all(type(v) is int for v in (*shape, *stride, offset)):
+        return None
+    return (
+        False,
+        [("tensor", out.dtype, shape, tuple(stride), offset, out.fake_device, False, False, 0,
+          "unsafe view")],
+    )
+
+
 def learn(mode, func, args, kwargs, out=None, stock_hit=False):
     """Describe stock's cache entry for this (already dispatched) call.
 
@@ -310,6 +364,10 @@ def learn(mode, func, args, kwargs, out=None, stock_hit=False):
     if entry is None:
         return None
     if isinstance(entry, ft._DispatchCacheBypassEntry):
+        if entry.reason == "unsafe view" and not symbolic:
+            desc = _describe_unsafe_view(mode, func, args, kwargs, out)
+            if desc is not None:
+                return desc
         return f"stock: {entry.reason}"
     if symbolic:
         return _describe_symbolic(

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import _C, _compat, _detach, _functional, _selftest, _stock_cache
+from . import _C, _compat, _convert, _detach, _functional, _selftest, _stock_cache
 from ._compat import SUPPORTED_TORCH_VERSIONS
 
 log = logging.getLogger("fastfake")
@@ -142,6 +142,7 @@ def _setup() -> None:
     from ._real_inputs import policy
 
     _C.setup_real_inputs(torch.Tensor, torch.nn.Parameter, ft.fake_tensor_tls, policy)
+    _convert.setup()
     _State.setup_done = True
 
 
@@ -174,6 +175,9 @@ def install(
     * with either of them, the FakeTensor snapshots make_fx and FakeTensorProp take
       of every traced value (``snapshot_fake`` -> ``fast_detach``) are built in C++
       (:mod:`fastfake._detach`; ``FASTFAKE_NO_FAST_DETACH=1`` turns that off).
+    * with either of them, real tensors are converted into FakeTensors in C++
+      (``FakeTensorConverter.from_real_tensor`` for plain CPU leaves:
+      :mod:`fastfake._convert`; ``FASTFAKE_NO_FAST_CONVERT=1`` turns that off).
     * under ``allow_non_fake_inputs=True`` both serve calls with real tensor
       arguments after converting them with the mode's own converter, as stock does
       (``FASTFAKE_NO_REAL_INPUTS=1`` leaves such calls to stock).
@@ -230,6 +234,11 @@ def install(
         if (opts.elementwise or opts.cache) and _fast_detach_allowed(_State.selftest, ft)
         else None
     )
+    _patch_convert(
+        _convert.replacement(crosscheck=opts.crosscheck)
+        if (opts.elementwise or opts.cache) and _convert_allowed(_State.selftest, ft)
+        else None
+    )
     _State.options = opts
     _State.requested = requested
 
@@ -252,6 +261,24 @@ def _patch_fast_detach(replacement: object | None) -> None:
     from torch.fx.experimental import proxy_tensor
 
     _patch(proxy_tensor, "fast_detach", replacement)  # type: ignore[arg-type]
+
+
+def _patch_convert(replacement: object | None) -> None:
+    """``FakeTensorConverter.from_real_tensor``, patched (afresh: the crosscheck
+    variant is a function too) and restored like the other attributes."""
+    from torch._subclasses.fake_tensor import FakeTensorConverter
+
+    _patch(FakeTensorConverter, "from_real_tensor", None)
+    _patch(FakeTensorConverter, "from_real_tensor", replacement)
+    _C.set_convert(replacement is not None)
+
+
+def _convert_allowed(report, ft) -> bool:
+    return (
+        not _env_flag("FASTFAKE_NO_FAST_CONVERT")
+        and not ft.FakeTensorConfig.debug
+        and report.passed.get("convert", False)
+    )
 
 
 def _fast_detach_allowed(report, ft) -> bool:
@@ -313,15 +340,18 @@ def _run_selftest(ft) -> _selftest.Report:
             _functional.install()
         if feature == "detach":
             _patch_fast_detach(_detach.replacement())
+        if feature == "convert":
+            _patch_convert(_convert.replacement())
         try:
             yield
         finally:
+            _patch_convert(None)
             _patch_fast_detach(None)
             _functional.uninstall()
             _apply(ft, Options(elementwise=False, cache=False, device=False))
             _configure_off()
 
-    features = ["elementwise", "cache", "device", "detach"]
+    features = ["elementwise", "cache", "device", "detach", "convert"]
     if _compat.functional_tensor_recomputes_storage():
         features.append("functional_storage")
     if _compat.shape_env_counts_replacements():
@@ -382,6 +412,8 @@ def _configure_off() -> None:
 def uninstall() -> None:
     """Restore every patched attribute to the identical original object."""
     _stock_cache.detach()
+    if _State.setup_done:
+        _C.set_convert(False)
     _functional.uninstall()
     for (cls, name), original in _State.originals.items():
         if cls.__dict__.get(name) is not original:

@@ -42,6 +42,7 @@ FEATURES = {
     "device": ("device.fast",),
     "functional_storage": ("functional.storage.hit", "functional.storage.replayed"),
     "detach": ("detach.fast",),
+    "convert": ("convert.fast",),
 }
 
 
@@ -228,6 +229,43 @@ def _detach_program(mode, dev: str) -> list:
     return out
 
 
+def _convert_program(mode, dev: str) -> list:
+    """Real tensors fakified by the mode's converter (``from_tensor``): parameters,
+    dtypes, layouts, a leaf requiring grad (served in C++), a tensor sharing a
+    converted storage (stock's); the memo answering for a live fake; the
+    converter's ids, memos and counters afterwards; an op on converted fakes. (No
+    view: stock rebuilds one with an op, whose dispatch gives the converter ids
+    or not depending on stock's own dispatch cache.)"""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():
+        p = torch.nn.Parameter(torch.zeros(4, 6))
+        sources = [
+            ("parameter", p),
+            ("bfloat16", torch.zeros(3, 5, dtype=torch.bfloat16)),
+            ("int64", torch.zeros(7, dtype=torch.int64)),
+            ("channels_last", torch.zeros(2, 3, 4, 5).to(memory_format=torch.channels_last)),
+            ("odd strides", torch.empty_strided((4, 6), (1, 4)).zero_()),
+            ("requires_grad", torch.zeros(3, requires_grad=True)),
+            ("shared storage", p.detach()),
+        ]
+    out = []
+    fakes = [mode.from_tensor(t) for _, t in sources]
+    for (name, _), f in zip(sources, fakes):
+        out.append((f"convert {name}", (), (f, f._is_view(), f.is_leaf)))
+    out.append(("memo", (), mode.from_tensor(p) is fakes[0]))
+    mc = mode.fake_tensor_converter.meta_converter
+    d = mc.describer
+    out.append((
+        "converter state",
+        (),
+        (d.next_tensor_id, d.next_storage_id, sorted(mc.tensor_memo.keys()),
+         sorted(mc.storage_memo.keys()), mc.hit, mc.miss, mc.arg_cnt),
+    ))
+    out.append(("op on converted", (fakes[0],), fakes[0] * 2))
+    return out
+
+
 # (feature, program, needs a ShapeEnv, devices it runs on)
 def _groups() -> list[tuple[str, Program, bool, tuple[str, ...]]]:
     accel = ["cuda"]
@@ -239,6 +277,7 @@ def _groups() -> list[tuple[str, Program, bool, tuple[str, ...]]]:
         ("cache_symbolic", _symbolic_program, True, ("cpu",)),
         ("functional_storage", _functional_program, True, ("cpu",)),
         ("detach", _detach_program, True, ("cpu", *accel)),
+        ("convert", _convert_program, False, ("cpu",)),
     ]
 
 
@@ -275,6 +314,7 @@ class _Describer:
             "layout": t.layout,
             "requires_grad": t.requires_grad,
             "conj/neg": (t.is_conj(), t.is_neg()),
+            "version": None if t.is_inference() else t._version,
             "dispatch keys": str(torch._C._dispatch_keys(t)),
             "__dict__": [
                 (k, "mode" if v is self.mode else repr(v)) for k, v in vars(t).items()

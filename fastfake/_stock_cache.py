@@ -39,14 +39,16 @@ from . import _C, _functional
 
 def flush() -> None:
     """Move the counts of served calls into stock's class counters."""
-    hits, misses, non_fake = _C.take_stock_counts()
-    if hits or misses or non_fake:
+    hits, misses, non_fake, unsafe_view = _C.take_stock_counts()
+    if hits or misses or non_fake or unsafe_view:
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         FakeTensorMode.cache_hits += hits
         FakeTensorMode.cache_misses += misses
         if non_fake:
             FakeTensorMode.cache_bypasses["non-fake tensor"] += non_fake
+        if unsafe_view:
+            FakeTensorMode.cache_bypasses["unsafe view"] += unsafe_view
 
 
 def detach() -> None:

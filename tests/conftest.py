@@ -20,9 +20,11 @@ def _fastfake_clean_state():
     fastfake.reset_stats()
     fastfake._C._inject_fault(0)
     fastfake._C._inject_fault(0, "device")
+    fastfake._C._inject_fault(0, "convert")
     yield
     fastfake._C._inject_fault(0)
     fastfake._C._inject_fault(0, "device")
+    fastfake._C._inject_fault(0, "convert")
     fastfake.uninstall()
     fastfake.reset_stats()
     assert not fastfake.is_installed()

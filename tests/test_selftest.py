@@ -32,7 +32,7 @@ def test_passes_here_and_every_feature_served():
     report = fastfake.selftest_report()
     assert report is not None
     assert report["failures"] == {}
-    expected = {"elementwise", "cache", "device", "detach"}
+    expected = {"elementwise", "cache", "device", "detach", "convert"}
     if _compat.functional_tensor_recomputes_storage():
         expected.add("functional_storage")
     if _compat.shape_env_counts_replacements():
@@ -352,3 +352,29 @@ def test_leaked_dispatch_state_is_caught_and_undone():
     out = r.stdout
     assert "'detach': False" in out and "'cache': True" in out, out
     assert "meta in tls: False" in out and "real ops work" in out, out
+
+
+def test_wrong_conversion_turns_convert_off():
+    """A conversion that leaves requires_grad unset (fault injection in C++): the
+    self-test turns 'convert' off, naming the field, and stock's
+    ``from_real_tensor`` stays in place."""
+    r = _in_subprocess(
+        """
+        import warnings
+        import fastfake
+        from torch._subclasses.fake_tensor import FakeTensorConverter
+        stock = FakeTensorConverter.__dict__["from_real_tensor"]
+        fastfake._C._inject_fault(1, "convert")
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            fastfake.install()
+        r = fastfake.selftest_report()
+        print("passed:", r["passed"])
+        print("warned:", [str(x.message) for x in w])
+        print("stock kept:", FakeTensorConverter.__dict__["from_real_tensor"] is stock)
+        """
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = r.stdout
+    assert "'convert': False" in out and "'cache': True" in out, out
+    assert "requires_grad" in out and "stock kept: True" in out, out
