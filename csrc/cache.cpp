@@ -255,11 +255,7 @@ PyObject* try_cache(
     if (r != nullptr) {
       *served = true;
       bump(CacheHit);
-      if (e.stock_bypasses) {
-        stock_count_unsafe_view();
-      } else {
-        stock_count_hit();
-      }
+      stock_count_hit(e.stock_bypasses);
       if (ctx.symbolic) bump(CacheSymHit);
     }
     return r;

@@ -356,25 +356,19 @@ struct StockCounts {
 };
 extern StockCounts g_stock_counts;
 // A result-cache hit: stock would have hit too (stock bypasses its cache for a
-// call with real tensor arguments).
-inline void stock_count_hit() {
+// call with real tensor arguments). With `unsafe_view` (an entry stock's cache
+// refuses, "unsafe view"): stock bypasses its cache for the call itself and runs
+// its kernel, which dispatches one op of its own that stock's cache answers.
+inline void stock_count_hit(bool unsafe_view = false) {
   if (!g_stock_counts.enabled) return;
   if (g_stock_counts.non_fake_call) {
     ++g_stock_counts.non_fake_bypasses;
+  } else if (unsafe_view) {
+    ++g_stock_counts.unsafe_view_bypasses;
   } else {
     ++g_stock_counts.hits;
   }
-}
-// A served _unsafe_view: stock bypasses its cache for the call itself and runs
-// its kernel, which dispatches one op of its own that stock's cache answers.
-inline void stock_count_unsafe_view() {
-  if (!g_stock_counts.enabled) return;
-  if (g_stock_counts.non_fake_call) {
-    ++g_stock_counts.non_fake_bypasses;
-  } else {
-    ++g_stock_counts.unsafe_view_bypasses;
-  }
-  ++g_stock_counts.hits;
+  if (unsafe_view) ++g_stock_counts.hits;
 }
 // An elementwise result built here for the call with this hash.
 void stock_count_served(uint64_t call);

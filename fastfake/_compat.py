@@ -8,6 +8,8 @@ install-time self-test (:mod:`fastfake._selftest`) then proves or refuses it.
 Compile-time differences of the C++ extension are in ``csrc/compat.h``.
 
 Nothing outside this module (and ``csrc/compat.h``) asks which torch it runs on.
+(Also detected here: whether the real-to-fake converter has the layout the C++
+conversion needs, ``converter_layout_known``.)
 """
 from __future__ import annotations
 
@@ -114,6 +116,37 @@ def export_tracks_fake_tensor_leaks() -> bool:
     if not hasattr(cfg, "detect_non_strict_fake_tensor_leaks"):
         return False
     return bool(cfg.detect_non_strict_fake_tensor_leaks)
+
+
+@functools.cache
+def converter_layout_known() -> bool:
+    """Whether ``FakeTensorConverter.from_real_tensor`` and the objects behind it
+    are what the C++ conversion (``csrc/convert.cpp``) works with: the method takes
+    ``(self, fake_mode, t, make_constant, shape_env, ...)``, answers from
+    ``_get_memo``, and a converter holds a ``meta_converter`` (``MetaConverter``:
+    ``describer``, ``tensor_memo``, ``storage_memo``, ``hit``, ``arg_cnt``,
+    ``copy_data``) whose describer (``MetaTensorDescriber``) assigns ids with
+    ``get_storage_id`` / ``get_tensor_id`` and keeps ``lookup_storage``. Read off a
+    converter stock builds; where anything differs the feature is not offered (the
+    self-test would refuse it anyway)."""
+    from torch._subclasses import meta_utils
+
+    ft = _ft()
+    try:
+        params = list(inspect.signature(ft.FakeTensorConverter.from_real_tensor).parameters)
+        conv = ft.FakeTensorConverter()
+        mc = conv.meta_converter
+        d = mc.describer
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return (
+        params[:5] == ["self", "fake_mode", "t", "make_constant", "shape_env"]
+        and callable(getattr(conv, "_get_memo", None))
+        and type(mc) is getattr(meta_utils, "MetaConverter", None)
+        and type(d) is getattr(meta_utils, "MetaTensorDescriber", None)
+        and all(hasattr(mc, a) for a in ("tensor_memo", "storage_memo", "hit", "arg_cnt", "copy_data"))
+        and all(hasattr(d, a) for a in ("get_storage_id", "get_tensor_id", "lookup_storage", "copy_data"))
+    )
 
 
 def fake_dict_template() -> dict:

@@ -38,6 +38,12 @@ def stock_from_real_tensor():
 
 
 def setup() -> None:
+    """Bind what ``convert_real`` works with (nothing where the converter's layout
+    is not the one it knows: the feature is then not offered)."""
+    from . import _compat
+
+    if not _compat.converter_layout_known():
+        return
     import torch
     from torch._subclasses import meta_utils
     from torch._subclasses.fake_tensor import FakeTensorConverter
@@ -64,31 +70,18 @@ def replacement(*, crosscheck: bool = False):
     stock = stock_from_real_tensor()
     convert = _C.convert_real
 
-    def from_real_tensor(
-        self,
-        fake_mode,
-        t,
-        make_constant=False,
-        shape_env=None,
-        *,
-        source=None,
-        symbolic_context=None,
-        trace=True,
-    ):
-        if shape_env is None and source is None and symbolic_context is None and not make_constant:
+    def from_real_tensor(self, fake_mode, t, make_constant=False, shape_env=None, **kwargs):
+        # (whatever else the caller passes goes to stock as it came)
+        if (
+            shape_env is None
+            and not make_constant
+            and kwargs.get("source") is None
+            and kwargs.get("symbolic_context") is None
+        ):
             r = convert(self, fake_mode, t)
             if r is not NotImplemented:
                 return r
-        return stock(
-            self,
-            fake_mode,
-            t,
-            make_constant,
-            shape_env,
-            source=source,
-            symbolic_context=symbolic_context,
-            trace=trace,
-        )
+        return stock(self, fake_mode, t, make_constant, shape_env, **kwargs)
 
     if not crosscheck:
         return from_real_tensor

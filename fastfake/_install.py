@@ -351,7 +351,9 @@ def _run_selftest(ft) -> _selftest.Report:
             _apply(ft, Options(elementwise=False, cache=False, device=False))
             _configure_off()
 
-    features = ["elementwise", "cache", "device", "detach", "convert"]
+    features = ["elementwise", "cache", "device", "detach"]
+    if _compat.converter_layout_known():
+        features.append("convert")
     if _compat.functional_tensor_recomputes_storage():
         features.append("functional_storage")
     if _compat.shape_env_counts_replacements():
