@@ -32,7 +32,9 @@
 // plain TensorImpl (no functional / functorch / sparse / nested / quantized /
 // mkldnn tensor), not a view, a leaf without a .grad, not an inference tensor, no
 // conj / neg bit, storage offset 0, a storage of nonzero size that no live fake of
-// this converter holds yet, grad_dtype equal to its dtype, none of the attributes
+// this converter holds yet and exactly as large as its sizes and strides need, not
+// a 0-d integer / float64 tensor (both differ between releases: 2.15 resizes the
+// fake's storage and memoises item()), grad_dtype equal to its dtype, none of the attributes
 // stock reads off the tensor (_dynamo_dynamic_indices, _dynamo_hint_overrides,
 // _is_buffer), no nested-int registrations in the process, a plain
 // FakeTensorConverter / MetaConverter / MetaTensorDescriber without copy_data,
@@ -102,12 +104,33 @@ bool plain_tensor(PyObject* t, const at::Tensor& x) {
   }
   if (x.is_view() || x.is_inference() || x.storage_offset() != 0) return false;
   if (!x.has_storage() || x.storage().nbytes() == 0) return false;
+  // A storage larger than its sizes and strides need: torch 2.15 resizes the
+  // fake's storage to it, earlier releases do not.
+  if (x.storage().nbytes() !=
+      at::detail::computeStorageNbytes(x.sizes(), x.strides(), x.dtype().itemsize())) {
+    return false;
+  }
+  // 0-d integer / float64 CPU tensors: torch 2.15 memoises their item() value on
+  // the fake (plain modes), earlier releases only with a source and a shape env.
+  if (x.dim() == 0) {
+    switch (x.scalar_type()) {
+      case at::kLong:
+      case at::kInt:
+      case at::kShort:
+      case at::kChar:
+      case at::kDouble:
+        return false;
+      default:
+        break;
+    }
+  }
   if (x.grad_fn() != nullptr || x.grad().defined()) return false;
   for (PyObject* name : {g_py.s_dynamo_dynamic_indices, g_py.s_dynamo_hint_overrides, g_py.s_is_buffer}) {
     if (instance_attr(t, name) != nullptr) return false;
   }
-  if (x.requires_grad()) {
+  if (x.requires_grad() && g_py.check_grad_dtype) {
     // stock copies grad_dtype onto the fake when it differs from the dtype
+    // (releases whose tensors have one)
     PyObject* gd = PyObject_GetAttr(t, g_py.s_grad_dtype);
     if (gd == nullptr) {
       PyErr_Clear();

@@ -208,6 +208,7 @@ struct PyRefs {
   PyObject* describer_type = nullptr; // meta_utils.MetaTensorDescriber
   PyObject* nested_int_registry = nullptr; // nested_tensor._tensor_symint_registry
   PyObject* cpu_device = nullptr; // torch.device("cpu")
+  bool check_grad_dtype = true; // stock copies a differing grad_dtype (2.13 on)
   PyObject* s_meta_converter = nullptr;
   PyObject* s_describer = nullptr;
   PyObject* s_copy_data = nullptr;

@@ -147,7 +147,8 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "setup_convert",
       [](py::handle converter_type, py::handle meta_converter_type, py::handle describer_type,
-         py::handle nested_int_registry, py::handle cpu_device) {
+         py::handle nested_int_registry, py::handle cpu_device, bool check_grad_dtype) {
+        g_py.check_grad_dtype = check_grad_dtype;
         set_ref(g_py.converter_type, converter_type);
         set_ref(g_py.meta_converter_type, meta_converter_type);
         set_ref(g_py.describer_type, describer_type);
@@ -155,7 +156,8 @@ PYBIND11_MODULE(_C, m) {
         set_ref(g_py.cpu_device, cpu_device);
       },
       "Bind FakeTensorConverter, MetaConverter, MetaTensorDescriber, the nested-int "
-      "registry and torch.device('cpu') for convert_real.");
+      "registry and torch.device('cpu') for convert_real; whether stock copies a "
+      "differing grad_dtype.");
   m.def(
       "convert_real",
       [](py::handle converter, py::handle mode, py::handle t) {

@@ -72,11 +72,15 @@ def setup_convert(
     describer_type: type,
     nested_int_registry: Any,
     cpu_device: Any,
+    check_grad_dtype: bool,
 ) -> None:
     """Bind ``FakeTensorConverter``, ``meta_utils.MetaConverter``,
     ``meta_utils.MetaTensorDescriber``, the nested-int registry
     (``torch.nested._internal.nested_tensor._tensor_symint_registry``; conversions
-    wait for stock while it holds anything) and ``torch.device("cpu")``."""
+    wait for stock while it holds anything), ``torch.device("cpu")``, and whether
+    stock copies a ``grad_dtype`` differing from the dtype onto the fake
+    (``fastfake._compat.tensors_have_grad_dtype()``; a requires-grad tensor is
+    served only if its ``grad_dtype`` is its dtype)."""
 
 def convert_real(converter: Any, fake_mode: Any, t: Any) -> Any:
     """``FakeTensorConverter.from_real_tensor(fake_mode, t)`` (no shape env, source,
@@ -85,7 +89,9 @@ def convert_real(converter: Any, fake_mode: Any, t: Any) -> Any:
     ``convert.memo``); then, for a plain real tensor -- a CPU ``torch.Tensor`` /
     ``nn.Parameter`` leaf with a plain dense TensorImpl, not a view, no ``.grad``,
     not an inference tensor, no conj / neg bit, storage offset 0, a nonempty
-    storage no live fake of the converter holds, ``grad_dtype`` equal to its dtype,
+    storage no live fake of the converter holds and exactly as large as its sizes
+    and strides need, not a 0-d integer / float64 tensor, ``grad_dtype`` equal to
+    its dtype where tensors have one,
     none of ``_dynamo_dynamic_indices`` / ``_dynamo_hint_overrides`` /
     ``_is_buffer`` set -- stock's steps on stock's objects: ``meta_converter.hit``,
     the describer's storage id then tensor id, ``arg_cnt``, a meta tensor of the

@@ -149,6 +149,13 @@ def converter_layout_known() -> bool:
     )
 
 
+@functools.cache
+def tensors_have_grad_dtype() -> bool:
+    """Whether tensors carry a ``grad_dtype`` (2.13 on), which stock's conversion
+    copies onto the fake where it differs from the dtype (2.9 has neither)."""
+    return hasattr(torch.Tensor, "grad_dtype")
+
+
 def fake_dict_template() -> dict:
     """The ``__dict__`` of a stock-built FakeTensor (keys in stock's order), with
     the per-tensor fields cleared; every FakeTensor fastfake builds copies it."""

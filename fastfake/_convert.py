@@ -58,6 +58,7 @@ def setup() -> None:
         meta_utils.MetaTensorDescriber,
         _tensor_symint_registry,
         torch.device("cpu"),
+        _compat.tensors_have_grad_dtype(),
     )
 
 

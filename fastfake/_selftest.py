@@ -247,6 +247,10 @@ def _convert_program(mode, dev: str) -> list:
             ("channels_last", torch.zeros(2, 3, 4, 5).to(memory_format=torch.channels_last)),
             ("odd strides", torch.empty_strided((4, 6), (1, 4)).zero_()),
             ("requires_grad", torch.zeros(3, requires_grad=True)),
+            ("0-d float32", torch.tensor(1.5)),
+            ("0-d int64", torch.tensor(3)),
+            ("storage larger than needed",
+             torch.empty(0).set_(torch.zeros(10).untyped_storage(), 0, (4,), (1,))),
             ("shared storage", p.detach()),
         ]
     out = []

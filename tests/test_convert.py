@@ -122,8 +122,8 @@ def _kinds():
 KINDS = _kinds()
 SERVED = {
     "parameter", "bfloat16 parameter", "frozen parameter", "tensor", "int64", "bool",
-    "complex", "0-d", "0-d int64", "size-1 dims", "channels_last", "odd strides",
-    "clone of an expanded view", "requires_grad leaf", "storage larger than needed", "unread attribute",
+    "complex", "0-d", "size-1 dims", "channels_last", "odd strides",
+    "clone of an expanded view", "requires_grad leaf", "unread attribute",
 }
 
 
