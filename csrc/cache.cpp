@@ -196,7 +196,7 @@ PyObject* try_cache(
   PyObject* xcheck = instance_attr(mode, g_py.s_cache_crosscheck_enabled);
   PyObject* in_kernel = instance_attr(mode, g_py.s_in_kernel_invocation);
   if (enabled != Py_True || (xcheck != nullptr && xcheck != Py_False) || in_kernel != Py_False ||
-      !PyTuple_Check(args)) {
+      !PyTuple_Check(args) || !allows_meta(mode)) {
     return bypass(CacheBypassModeState);
   }
 

@@ -327,7 +327,7 @@ PyObject* try_elementwise(
   PyObject* in_kernel = instance_attr(mode, g_py.s_in_kernel_invocation);
   PyObject* prop_real = instance_attr(mode, g_py.s_propagate_real_tensors);
   if ((in_kernel != nullptr && in_kernel != Py_False) ||
-      (prop_real != nullptr && prop_real != Py_False)) {
+      (prop_real != nullptr && prop_real != Py_False) || !allows_meta(mode)) {
     return fallback(EwFbModeState);
   }
 

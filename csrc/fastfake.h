@@ -228,6 +228,7 @@ struct PyRefs {
   PyObject* s_dynamo_dynamic_indices = nullptr;
   PyObject* s_dynamo_hint_overrides = nullptr;
   PyObject* s_is_buffer = nullptr; // "_is_buffer"
+  PyObject* s_allow_meta = nullptr; // "allow_meta"
 };
 extern PyRefs g_py;
 
@@ -244,6 +245,14 @@ PyObject* instance_attr(PyObject* obj, PyObject* name);
 inline bool has_own_dispatch_keys(PyObject* t) {
   PyObject* k = instance_attr(t, g_py.s_dispatch_keys);
   return k != nullptr && k != Py_None;
+}
+
+// The mode lets FakeTensors have the meta device (FakeTensorMode.allow_meta,
+// torch._functorch.config.fake_tensor_allow_meta; default on). Where it does not,
+// stock's FakeTensor.__new__ raises for a meta output, which no FakeTensor built
+// here checks: such modes are left to stock.
+inline bool allows_meta(PyObject* mode) {
+  return instance_attr(mode, g_py.s_allow_meta) == Py_True;
 }
 
 // Is `obj` exactly a FakeTensor (not a subclass)?

@@ -79,6 +79,7 @@ PYBIND11_MODULE(_C, m) {
   g_py.s_dynamo_dynamic_indices = intern("_dynamo_dynamic_indices");
   g_py.s_dynamo_hint_overrides = intern("_dynamo_hint_overrides");
   g_py.s_is_buffer = intern("_is_buffer");
+  g_py.s_allow_meta = intern("allow_meta");
   g_py.s_cache_misses = intern("cache_misses");
 
   m.def(

@@ -47,5 +47,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         f"installed: {fastfake.is_installed()}; dispatches {s['dispatch.total']}, "
         f"served {served} (elementwise {s['elementwise.hit']}, cache {s['cache.hit']}), "
         f"to stock {s['dispatch.stock']}; crosschecked {s['crosscheck.checked']}, "
-        f"mismatches {s['crosscheck.mismatch']}"
+        f"mismatches {s['crosscheck.mismatch']}; conversions served {s['convert.fast']}, "
+        f"to stock {sum(v for k, v in s.items() if k.startswith('convert.stock.'))}; "
+        f"snapshots served {s['detach.fast']}"
     )
