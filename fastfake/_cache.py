@@ -14,6 +14,7 @@ stock's SymNode arithmetic. :func:`sym_vid` interns SymNode values for the keys.
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import weakref
 
@@ -277,16 +278,16 @@ def _describe_symbolic(mode, state, key, func, args, kwargs, entry, out, stock_h
     return (entry.is_output_tuple, outputs, _validity(mode.shape_env, inputs, synths))
 
 
-_PLAIN_KEYS: list = []
+@functools.cache
+def _plain_keys() -> list:
+    return list(_compat.fake_dict_template())
 
 
 def _plain_state(t) -> bool:
     """``t.__dict__`` is a fresh FakeTensor's: stock's keys, nothing but the mode
     and the device set (what every FakeTensor rebuilt here carries)."""
-    if not _PLAIN_KEYS:
-        _PLAIN_KEYS.append(list(_compat.fake_dict_template()))
     d = vars(t)
-    if list(d) != _PLAIN_KEYS[0]:
+    if list(d) != _plain_keys():
         return False
     device_attr = _compat.fake_device_attr()
     return all(v is None for k, v in d.items() if k not in ("fake_mode", device_attr))
@@ -315,7 +316,6 @@ def _describe_unsafe_view(mode, func, args, kwargs, out):
         or out.is_neg()
         or out.is_inference()
         or out._version != 0
-        or out.constant is not None
         or out.untyped_storage()._cdata != base.untyped_storage()._cdata
         or out.fake_device != base.fake_device
         or not _plain_state(out)

@@ -409,13 +409,12 @@ def _configure_off() -> None:
         cache_max_entries=CACHE_MAX_ENTRIES,
         cache_max_bytes=CACHE_MAX_BYTES,
     )
+    _C.set_convert(False)
 
 
 def uninstall() -> None:
     """Restore every patched attribute to the identical original object."""
     _stock_cache.detach()
-    if _State.setup_done:
-        _C.set_convert(False)
     _functional.uninstall()
     for (cls, name), original in _State.originals.items():
         if cls.__dict__.get(name) is not original:
