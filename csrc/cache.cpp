@@ -32,6 +32,7 @@
 // Bounded (LRU); entries hold strong references only to op overloads, torch.device
 // objects and (symbolic) sympy values, never to modes, shape envs or tensors.
 #include "cache_internal.h"
+#include "portable.h"
 
 #include <ATen/EmptyTensor.h>
 #include <c10/core/DefaultDtype.h>
@@ -162,6 +163,7 @@ void cache_clear() {
   g_lru.clear();
   g_index.clear();
   g_bytes = 0;
+  portable_clear();
 }
 
 size_t cache_size() {
@@ -265,8 +267,15 @@ PyObject* try_cache(
   *handled = true;
   bump(CacheMiss);
   long long hits0 = -1, misses0 = -1;
+  PyObject* before = nullptr; // owned: fastfake._portable's snapshot
   if (ctx.symbolic) {
     bump(CacheSymMiss);
+    // First call here of a call learned in another ShapeEnv (cache_portable.cpp).
+    if (PyObject* r = portable_serve(mode, func, args, kwargs, ctx)) {
+      *served = true;
+      return r;
+    }
+    before = portable_before(mode, args, kwargs, ctx);
     hits0 = class_counter(g_py.s_cache_hits);
     misses0 = class_counter(g_py.s_cache_misses);
     if (g_py.sym_capture_hook != nullptr) {
@@ -278,8 +287,10 @@ PyObject* try_cache(
       Py_XDECREF(r);
     }
   }
+  const uint64_t dispatches0 = g_stats[DispatchTotal];
   PyObject* out = call_stock_dispatch(mode, func, types, args, kwargs);
   if (out == nullptr) {
+    Py_CLEAR(before);
     if (ctx.symbolic && g_py.sym_capture_hook != nullptr) {
       // close the capture frame opened above, keeping stock's error
       PyObject *et, *ev, *tb;
@@ -301,6 +312,7 @@ PyObject* try_cache(
   PyObject* desc = PyObject_Vectorcall(g_py.cache_learn_hook, argv, 6, nullptr);
   if (desc == nullptr) {
     PyErr_Clear();
+    Py_CLEAR(before);
     return out;
   }
   if (desc != Py_None) {
@@ -308,6 +320,11 @@ PyObject* try_cache(
     Py_INCREF(func);
     e.func = func;
     if (parse_entry(ctx, desc, e)) {
+      // Only a call stock answered by itself: a call whose kernel dispatched
+      // others (decompositions) also filled stock's cache for those.
+      if (!stock_hit && g_stats[DispatchTotal] == dispatches0) {
+        portable_learn(mode, func, args, kwargs, out, before, ctx, e);
+      }
       store(std::move(ctx.key), std::move(e));
     } else if (ctx.symbolic) {
       // Deterministic for this key: do not pay for learning it again. The entry
@@ -324,6 +341,7 @@ PyObject* try_cache(
     }
   }
   Py_DECREF(desc);
+  Py_CLEAR(before);
   return out;
 }
 

@@ -6,6 +6,7 @@
 //   cache_learn.cpp    reading stock's entry description into an Entry
 //   cache_rebuild.cpp  building the outputs of a hit (static and symbolic)
 //   cache_synth.cpp    recipes of the validation tensors stock builds on a miss
+//   cache_portable.cpp symbolic entries reused in another ShapeEnv
 #pragma once
 
 #include "compat.h"
@@ -79,6 +80,9 @@ struct OutSpec {
   // The output has a version counter of its own (stock's uncached _unsafe_view:
   // an alias made by its kernel, not through set_, which bumps the version).
   bool fresh_version = false;
+  // A view stock's kernel returned (a portable miss recipe): it shares the
+  // version counter of the input it views.
+  bool share_version = false;
   std::shared_ptr<SymShape> sym; // symbolic entries: how to build every int-like
 };
 
@@ -172,8 +176,32 @@ PyObject* build_symbolic(
     const c10::SymInt& offset,
     const SymShape& m,
     bool conj,
-    bool neg);
+    bool neg,
+    const c10::TensorImpl* version_of = nullptr);
 PyObject* rebuild(PyObject* mode, PyObject* args, const KeyCtx& ctx, const Entry& e);
+
+// ---- cache_portable.cpp ----
+// Before stock runs a symbolic miss: fastfake._portable's snapshot of the ShapeEnv
+// (new reference), or nullptr when nothing will be recorded.
+PyObject* portable_before(PyObject* mode, PyObject* args, PyObject* kwargs, const KeyCtx& ctx);
+// After stock missed and `e` was learned: record it for other ShapeEnvs if it may.
+void portable_learn(
+    PyObject* mode,
+    PyObject* func,
+    PyObject* args,
+    PyObject* kwargs,
+    PyObject* out,
+    PyObject* before,
+    const KeyCtx& ctx,
+    const Entry& e);
+// A symbolic miss: the outputs stock's miss would return in this ShapeEnv, from an
+// entry recorded in another one (new reference), or nullptr (no error set).
+PyObject* portable_serve(
+    PyObject* mode,
+    PyObject* func,
+    PyObject* args,
+    PyObject* kwargs,
+    const KeyCtx& ctx);
 
 } // namespace cache_detail
 } // namespace fastfake

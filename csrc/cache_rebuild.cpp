@@ -132,7 +132,8 @@ PyObject* build_symbolic(
     const c10::SymInt& offset,
     const SymShape& m,
     bool conj,
-    bool neg) {
+    bool neg,
+    const c10::TensorImpl* version_of) {
   at::Tensor t;
   try {
     t = at::detail::make_tensor<c10::TensorImpl>(
@@ -143,7 +144,11 @@ PyObject* build_symbolic(
     if (!seed_derived(ctx, impl, m)) return nullptr;
     if (conj) impl->_set_conj(true);
     if (neg) impl->_set_neg(true);
-    for (int64_t i = 0; i < m.version; ++i) impl->bump_version();
+    if (version_of != nullptr) {
+      impl->set_version_counter(version_of->version_counter());
+    } else {
+      for (int64_t i = 0; i < m.version; ++i) impl->bump_version();
+    }
   } catch (const std::exception& e) {
     PyErr_SetString(PyExc_RuntimeError, e.what());
     return nullptr;
@@ -166,19 +171,22 @@ PyObject* rebuild_symbolic(PyObject* mode, PyObject* args, const KeyCtx& ctx, co
   }
   if (!make_symint(ctx, m.offset, offset)) return nullptr;
   c10::Storage storage;
+  const c10::TensorImpl* version_of = nullptr;
   if (s.kind == OutSpec::View) {
     if (s.idx < 0 || s.idx >= PyTuple_GET_SIZE(args) ||
         !is_fake_exact(PyTuple_GET_ITEM(args, s.idx))) {
       PyErr_SetString(PyExc_RuntimeError, "fastfake cache: view argument is not a FakeTensor");
       return nullptr;
     }
-    storage = THPVariable_Unpack(PyTuple_GET_ITEM(args, s.idx)).storage();
+    const at::Tensor& base = THPVariable_Unpack(PyTuple_GET_ITEM(args, s.idx));
+    storage = base.storage();
+    if (s.share_version) version_of = base.unsafeGetTensorImpl();
   } else {
     if (!make_symint(ctx, m.nbytes, nbytes)) return nullptr;
     storage = meta_storage(std::move(nbytes));
   }
   return build_symbolic(ctx, mode, std::move(storage), s.dtype, s.device, sizes, strides, offset,
-                        m, s.conj, s.neg);
+                        m, s.conj, s.neg, version_of);
 }
 
 // Mirrors FakeTensorMode._get_output_tensor_from_cache_entry.

@@ -1,6 +1,7 @@
 // pybind11 bindings of fastfake._C (documented in fastfake/_C.pyi).
 #include "compat.h"
 #include "fastfake.h"
+#include "portable.h"
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -135,6 +136,20 @@ PYBIND11_MODULE(_C, m) {
       },
       "Bind SymNode, SymInt and the helpers of symbolic cache keys and entries.");
 
+  m.def(
+      "setup_portable",
+      [](py::handle before, py::handle learn, py::handle admit, py::handle commit) {
+        portable_setup(before.ptr(), learn.ptr(), admit.ptr(), commit.ptr());
+      },
+      "Bind fastfake._portable's hooks (symbolic entries reused in another ShapeEnv).");
+  m.def(
+      "set_portable",
+      [](bool on) { return portable_set(on); },
+      "Serve and record symbolic entries across ShapeEnvs; returns the previous setting.");
+  m.def(
+      "portable_size",
+      []() { return portable_size(); },
+      "Number of recorded symbolic entries other ShapeEnvs may reuse.");
   m.def(
       "setup_real_inputs",
       [](py::handle tensor_type, py::handle parameter_type, py::handle tls, py::handle policy) {
@@ -274,15 +289,18 @@ PYBIND11_MODULE(_C, m) {
           g_config.inject_device_fault = n;
         } else if (kind == "convert") {
           g_config.inject_convert_fault = n;
+        } else if (kind == "portable") {
+          portable_inject_fault(n);
         } else {
-          throw py::value_error("_inject_fault: kind is 'dtype', 'device' or 'convert'");
+          throw py::value_error(
+              "_inject_fault: kind is 'dtype', 'device', 'convert' or 'portable'");
         }
       },
       py::arg("n"),
       py::arg("kind") = "dtype",
       "Testing only: give the next n fast results a wrong dtype, or store a wrong "
       "device on the next n FakeTensors built, or leave requires_grad unset on the next "
-      "n conversions.");
+      "n conversions, or serve the next n portable entries from stock's hit recipe.");
   m.def("get_config", []() {
     return py::make_tuple(
         g_config.elementwise,

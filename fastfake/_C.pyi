@@ -104,6 +104,32 @@ def set_convert(on: bool) -> bool:
     """Serve plain conversions in :func:`convert_real` (returns the previous
     setting; ``install()`` sets it with the patched ``from_real_tensor``)."""
 
+def setup_portable(
+    before: Callable[[Any, tuple, Any], Any],
+    learn: Callable[[Any, Any, tuple, Any, Any, Any], Any],
+    admit: Callable[[Any, Any, tuple, Any, Any], Any],
+    commit: Callable[[Any, Any, Any, bool], None],
+) -> None:
+    """Bind ``fastfake._portable``'s hooks: symbolic result-cache entries reused in
+    another ShapeEnv (csrc/cache_portable.cpp). On a symbolic miss C++ asks
+    ``before(mode, args, kwargs)`` for a snapshot of the ShapeEnv before stock runs;
+    if stock missed and its kernel dispatched nothing else, ``learn(mode, func, args,
+    kwargs, out, snapshot)`` returns ``(record, miss_description)`` to record (the
+    key with the ShapeEnv id replaced by 0, the hit and miss recipes). A first call
+    in another ShapeEnv with that key is served when ``admit(mode, func, args,
+    kwargs, record)`` returns ``(validity, stock_key)``; ``commit(mode, stock_key,
+    record, store)`` then stores stock's entry into that ShapeEnv's cache (unless
+    fastfake's crosscheck runs stock's own miss) and the hit recipe becomes a local
+    entry."""
+
+def set_portable(on: bool) -> bool:
+    """Serve and record symbolic entries across ShapeEnvs (returns the previous
+    setting; the records are kept until :func:`cache_clear`)."""
+
+def portable_size() -> int:
+    """Number of recorded entries another ShapeEnv may reuse (bounded: 8,192, then
+    emptied)."""
+
 def setup_detach(stock: Any) -> None:
     """Bind stock's ``fast_detach`` (called for every case :func:`fast_detach` does
     not serve)."""
@@ -129,7 +155,7 @@ def get_config() -> tuple[bool, bool, int, bool, int, bool]:
     cache_symbolic)"""
 
 def cache_clear() -> None:
-    """Drop every result-cache entry."""
+    """Drop every result-cache entry and every portable record."""
 
 def cache_bytes() -> int:
     """Bytes the result-cache entries hold, as the byte bound counts them (estimated
@@ -183,7 +209,9 @@ def _inject_fault(n: int, kind: str = "dtype") -> None:
     wrong dtype; ``kind="device"``: the next ``n`` FakeTensors fastfake serves store
     a wrong device (meta) in their device attribute (what a wrong internal on
     another release gives); ``kind="convert"``: the next ``n`` conversions by
-    :func:`convert_real` leave ``requires_grad`` unset."""
+    :func:`convert_real` leave ``requires_grad`` unset; ``kind="portable"``: the
+    next ``n`` calls served from another ShapeEnv's entry are rebuilt from stock's
+    hit recipe instead of its miss recipe."""
 
 def register_elementwise(
     op: Any, name: str, inplace: bool, args: list[tuple[str, int, bool, bool, Any]]

@@ -247,6 +247,16 @@ def _describe_static(func, entry):
     return (entry.is_output_tuple, outputs)
 
 
+# Stock's entry behind the last symbolic description learn() returned, for
+# fastfake._portable (taken right after, by the same call).
+_LAST_SYMBOLIC: list = [None]
+
+
+def take_last_symbolic():
+    entry, _LAST_SYMBOLIC[0] = _LAST_SYMBOLIC[0], None
+    return entry
+
+
 def _describe_symbolic(mode, state, key, func, args, kwargs, entry, out, stock_hit, captured):
     outs = out if entry.is_output_tuple else (out,)
     if not isinstance(outs, tuple) or len(outs) != len(entry.output_infos):
@@ -275,6 +285,7 @@ def _describe_symbolic(mode, state, key, func, args, kwargs, entry, out, stock_h
         outputs.append(("tensor_sym", synth, c[1]))
     synths = [o[1] for o in outputs if o[0] == "tensor_sym"]
     inputs = (*args, *kwargs.values()) if kwargs else args
+    _LAST_SYMBOLIC[0] = entry
     return (entry.is_output_tuple, outputs, _validity(mode.shape_env, inputs, synths))
 
 
@@ -340,6 +351,7 @@ def learn(mode, func, args, kwargs, out=None, stock_hit=False):
     ``("tensor", dtype, sizes, strides, storage_offset, device, is_conj, is_neg, view_idx)``
     or, for symbolic keys, ``("tensor_sym", synthesised_fake_tensor, view_idx)``.
     """
+    _LAST_SYMBOLIC[0] = None
     captured, key = _capture_end(mode, func, args) if _CAPTURES else ({}, None)
     if func in ft._DISPATCH_META_HANDLERS or func in ft._DISPATCH_HANDLE_DIRECTLY:
         return "stock: answered before its cache"

@@ -213,3 +213,31 @@ def functional_tensor_recomputes_storage() -> bool:
         else:
             del torch.Tensor._make_wrapper_subclass
     return bool(seen) and all(n == 13 for n in seen)
+
+
+def backed_hints(env) -> dict:
+    """The hints of a ShapeEnv's backed symbols (``backed_var_to_val``; named
+    ``var_to_val`` before it was split from unbacked values)."""
+    hints = getattr(env, "backed_var_to_val", None)
+    return hints if hints is not None else env.var_to_val
+
+
+@functools.cache
+def portable_entries_known() -> bool:
+    """Whether this release's ShapeEnv has every piece of state fastfake._portable
+    compares (its static evaluation reads them), and stock's cache stores symbolic
+    entries per ShapeEnv through ``_set_cache_key_for_shape_env``."""
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    env = ShapeEnv()
+    names = (
+        "guards", "_version_counter", "_replacements_version_counter",
+        "num_deferred_runtime_asserts", "var_to_range", "axioms", "divisible",
+        "size_like", "replacements", "_resimplify_floor_div_axioms", "fake_tensor_cache",
+    )
+    if not all(hasattr(env, n) for n in names):
+        return False
+    hints = env.backed_var_to_val if hasattr(env, "backed_var_to_val") else getattr(env, "var_to_val", None)
+    if not isinstance(hints, dict):
+        return False
+    return callable(getattr(_ft(), "_set_cache_key_for_shape_env", None))

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import _C, _compat, _convert, _detach, _functional, _selftest, _stock_cache
+from . import _C, _compat, _convert, _detach, _functional, _portable, _selftest, _stock_cache
 from ._compat import SUPPORTED_TORCH_VERSIONS
 
 log = logging.getLogger("fastfake")
@@ -139,6 +139,7 @@ def _setup() -> None:
         _compat.fake_device_attr(),
     )
     _C.setup_symbolic(SymNode, torch.SymInt, sym_vid, still_valid, capture_begin)
+    _portable.setup(_C)
     from ._real_inputs import policy
 
     _C.setup_real_inputs(torch.Tensor, torch.nn.Parameter, ft.fake_tensor_tls, policy)
@@ -224,6 +225,7 @@ def install(
         cache_symbolic=_symbolic_cache_allowed(_State.selftest),
         real_inputs=not _env_flag("FASTFAKE_NO_REAL_INPUTS"),
     )
+    _C.set_portable(opts.cache and _portable_allowed(_State.selftest))
     _apply(ft, opts)
     if opts.cache and _functional_memo_allowed(_State.selftest):
         _functional.install(crosscheck=opts.crosscheck)
@@ -248,6 +250,15 @@ def _symbolic_cache_allowed(report) -> bool:
         not _env_flag("FASTFAKE_NO_SYMBOLIC_CACHE")
         and _compat.shape_env_counts_replacements()
         and report.passed.get("cache_symbolic", False)
+    )
+
+
+def _portable_allowed(report) -> bool:
+    return (
+        _symbolic_cache_allowed(report)
+        and not _env_flag("FASTFAKE_NO_PORTABLE")
+        and _portable.available()
+        and report.passed.get("cache_portable", False)
     )
 
 
@@ -328,13 +339,14 @@ def _run_selftest(ft) -> _selftest.Report:
     def only(feature: str):
         _C.set_config(
             elementwise=feature == "elementwise",
-            cache=feature in ("cache", "cache_symbolic"),
+            cache=feature in ("cache", "cache_symbolic", "cache_portable"),
             crosscheck=False,
             max_signatures_per_op=MAX_SIGNATURES_PER_OP,
             cache_max_entries=CACHE_MAX_ENTRIES,
             cache_max_bytes=CACHE_MAX_BYTES,
-            cache_symbolic=feature == "cache_symbolic",
+            cache_symbolic=feature in ("cache_symbolic", "cache_portable"),
         )
+        _C.set_portable(feature == "cache_portable")
         _apply(ft, Options(elementwise=True, cache=feature != "elementwise", device=True))
         if feature == "functional_storage":
             _functional.install()
@@ -358,6 +370,8 @@ def _run_selftest(ft) -> _selftest.Report:
         features.append("functional_storage")
     if _compat.shape_env_counts_replacements():
         features.append("cache_symbolic")
+        if _portable.available():
+            features.append("cache_portable")
     report = _selftest.run(only, _original(ft.FakeTensor, "device"), features)
     for feature, why in report.failures.items():
         warnings.warn(
@@ -410,6 +424,7 @@ def _configure_off() -> None:
         cache_max_bytes=CACHE_MAX_BYTES,
     )
     _C.set_convert(False)
+    _C.set_portable(False)
 
 
 def uninstall() -> None:

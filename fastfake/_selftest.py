@@ -32,13 +32,14 @@ from dataclasses import dataclass, field
 import optree
 import torch
 
-from . import _C, _compat, _functional
+from . import _C, _compat, _functional, _portable
 
 #: fastfake features and the counters that show each one served a result.
 FEATURES = {
     "elementwise": ("elementwise.hit",),
     "cache": ("cache.hit",),
     "cache_symbolic": ("cache.symbolic.hit",),
+    "cache_portable": ("cache.symbolic.portable.served",),
     "device": ("device.fast",),
     "functional_storage": ("functional.storage.hit", "functional.storage.replayed"),
     "detach": ("detach.fast",),
@@ -140,6 +141,28 @@ def _symbolic_program(mode, dev: str) -> list:
         out.append(("_unsafe_view", (x,), torch.ops.aten._unsafe_view.default(x, [x.shape[0] * x.shape[1]])))
         out.append(("view", (x,), x.view(x.shape[0] * x.shape[1])))
     return out
+
+
+def _portable_program(mode, dev: str) -> list:
+    """The symbolic program in a ShapeEnv of its own first (its symbols get the
+    same names), then the compared one in ``mode``: its first calls may be served
+    from entries learned in the other ShapeEnv."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    with FakeTensorMode(shape_env=ShapeEnv()) as other:
+        _symbolic_program(other, dev)
+    with mode:
+        x = _symbolic_input(mode, dev, 6, 8)
+        w = _symbolic_input(mode, dev, 8, 4)
+        out = []
+        for _ in range(2):
+            out.append(("mm", (x, w), torch.mm(x, w)))
+            out.append(("softmax", (x,), torch.softmax(x, -1)))
+            out.append(("add", (x,), x + x))
+            out.append(("sum", (x,), x.sum(0)))
+            out.append(("view", (x,), x.view(x.shape[0] * x.shape[1])))
+        return out
 
 
 def functional_wrapper(t: torch.Tensor) -> torch.Tensor:
@@ -279,6 +302,7 @@ def _groups() -> list[tuple[str, Program, bool, tuple[str, ...]]]:
         ("elementwise", _elementwise_program, False, ("cpu", *accel)),
         ("cache", _cache_program, False, ("cpu", *accel)),
         ("cache_symbolic", _symbolic_program, True, ("cpu",)),
+        ("cache_portable", _portable_program, True, ("cpu",)),
         ("functional_storage", _functional_program, True, ("cpu",)),
         ("detach", _detach_program, True, ("cpu", *accel)),
         ("convert", _convert_program, False, ("cpu",)),
@@ -447,6 +471,7 @@ def run(
     t0 = time.perf_counter()
     counters_before = [v for _, v in _C.counters()]
     functional_before = _functional.counters()
+    portable_before = dict(_portable._counts)
     device_ok = True
     device_msg = ""
     device_served = 0
@@ -463,6 +488,7 @@ def run(
                         continue
                     _C.reset_counters()
                     _functional.reset_counters()
+                    _portable.reset_counters()
                     tls = _dispatch_tls()
                     with torch._C._PreserveDispatchKeyGuard():
                         with fast(feature):
@@ -472,6 +498,7 @@ def run(
                         got = RuntimeError(f"thread-local dispatch keys changed: {tls} -> {tls_after}")
                     counts = dict(_C.counters())
                     counts.update(_functional.counters())
+                    counts.update(_portable.counters())
                     served += _served(counts, feature)
                     device_served += _served(counts, "device")
                     diff = _first_difference(stock, got)
@@ -493,6 +520,8 @@ def run(
         _C.set_counters(counters_before)
         _functional.clear()
         _functional.set_counters(functional_before)
+        _portable._counts.clear()
+        _portable._counts.update(portable_before)
     report.passed["device"] = device_ok
     report.served["device"] = device_served
     if not device_ok:

@@ -1,7 +1,7 @@
 """Counters: fastfake.stats() / fastfake.reset_stats()."""
 from __future__ import annotations
 
-from . import _C, _functional
+from . import _C, _functional, _portable
 
 
 def stats() -> dict[str, int]:
@@ -18,6 +18,7 @@ def stats() -> dict[str, int]:
     """
     out = {name: int(value) for name, value in _C.counters()}
     out.update(_functional.counters())
+    out.update(_portable.counters())
     from ._install import _State
 
     report = _State.selftest
@@ -32,6 +33,7 @@ def reset_stats() -> None:
     """Set every counter back to zero."""
     _C.reset_counters()
     _functional.reset_counters()
+    _portable.reset_counters()
 
 
 def elementwise_report() -> dict[str, dict]:

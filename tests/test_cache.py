@@ -459,7 +459,7 @@ def test_symbolic_shapes_cached_per_shape_env():
     _check(fn, make, mode_factory=lambda: FakeTensorMode(shape_env=ShapeEnv()))
     for run in (1, 2):
         # symbolic keys live per ShapeEnv: each run's fresh ShapeEnv misses once
-        d = trace.of(run)["mm"]
+        d = {k: v for k, v in trace.of(run)["mm"].items() if ".portable." not in k}
         assert d == {
             "cache.miss": 1, "cache.symbolic.miss": 1, "cache.hit": 1, "cache.symbolic.hit": 1
         }, d
@@ -536,7 +536,7 @@ def test_bypass_other_fake_mode():
     both = _check(fn, _empty((4, 3)))
     assert isinstance(both.stock[0].value[0], str), both.stock[0].value  # stock's own error
     for run in (1, 2):
-        d = trace.of(run)["mm"]
+        d = {k: v for k, v in trace.of(run)["mm"].items() if ".portable." not in k}
         assert d == {"cache.bypass.other_fake_mode": 2}, d
 
 

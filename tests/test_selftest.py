@@ -39,6 +39,8 @@ def test_passes_here_and_every_feature_served():
         expected.add("functional_storage")
     if _compat.shape_env_counts_replacements():
         expected.add("cache_symbolic")
+        if _compat.portable_entries_known():
+            expected.add("cache_portable")
     assert set(report["passed"]) == expected
     assert all(report["passed"].values())
     # Each feature served results itself, so the comparison proved something.
@@ -380,3 +382,33 @@ def test_wrong_conversion_turns_convert_off():
     out = r.stdout
     assert "'convert': False" in out and "'cache': True" in out, out
     assert "requires_grad" in out and "stock kept: True" in out, out
+
+
+@pytest.mark.skipif(
+    not (_compat.shape_env_counts_replacements() and _compat.portable_entries_known()),
+    reason="no portable entries on this release",
+)
+def test_portable_hit_recipe_served_as_miss_is_caught():
+    """A served first call in another ShapeEnv built as stock's *hit* builds it
+    (the likeliest mix-up: its SymNode identities and storage-size expression are
+    not those of stock's miss) turns cache_portable off and nothing else."""
+    r = _in_subprocess(
+        """
+        import warnings
+        import fastfake
+        fastfake._C._inject_fault(100, "portable")
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            fastfake.install()
+        r = fastfake.selftest_report()
+        print("passed:", r["passed"])
+        print("warned:", [str(x.message) for x in w])
+        print("counted:", fastfake.stats()["selftest.failed.cache_portable"])
+        print("on:", fastfake._C.set_portable(False))
+        """
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = r.stdout
+    assert "'cache_portable': False" in out and "'cache_symbolic': True" in out, out
+    assert "'cache_portable', which stays off" in out, out
+    assert "counted: 1" in out and "on: False" in out, out

@@ -1,0 +1,209 @@
+// Symbolic result-cache entries reused in another ShapeEnv ("portable" entries).
+//
+// A symbolic entry is keyed with its ShapeEnv's id (cache_keys.cpp). When stock
+// *missed* on a call that left its ShapeEnv unchanged, the entry is also recorded
+// here under the same key with the ShapeEnv id replaced by 0, together with the
+// outputs stock's miss returned (its kernel's output, whose SymNode identities
+// differ from those of stock's hit) and fastfake._portable's record (the symbols,
+// the signature of the ShapeEnv state static evaluation reads about them, and
+// stock's own entry). A first call in another ShapeEnv with that key is served
+// from the miss recipe when fastfake._portable.admit() finds the same signature
+// there and no entry in stock's cache; then stock's entry is stored into that
+// ShapeEnv's cache as stock's miss stores it, one stock miss is counted, and the
+// hit recipe becomes a local entry for the later calls. Why this is stock's
+// answer: fastfake/_portable.py. Bounded; cleared with the result cache.
+#include "cache_internal.h"
+#include "portable.h"
+
+namespace fastfake {
+namespace cache_detail {
+
+namespace {
+
+struct PEntry {
+  Entry hit; // what stock's hit builds: becomes the local entry after serving
+  Entry miss; // what stock's miss returned
+  PyObject* record = nullptr; // owned, opaque (fastfake._portable)
+  void release() {
+    hit.release();
+    miss.release();
+    Py_CLEAR(record);
+  }
+};
+
+std::unordered_map<Key, PEntry, KeyHash>& g_portable =
+    *new std::unordered_map<Key, PEntry, KeyHash>;
+constexpr size_t kMaxPortable = 8192;
+bool g_on = false;
+int g_inject_fault = 0;
+PyObject* g_before = nullptr;
+PyObject* g_learn = nullptr;
+PyObject* g_admit = nullptr;
+PyObject* g_commit = nullptr;
+
+Key portable_key(const Key& key) {
+  Key p = key;
+  p.back() = 0; // symbolic keys end with the ShapeEnv id (symbolic_key)
+  return p;
+}
+
+// A copy holding its own references.
+Entry clone(const Entry& e) {
+  Entry c = e;
+  Py_XINCREF(c.func);
+  Py_XINCREF(c.validity);
+  for (auto& o : c.outs) Py_XINCREF(o.device);
+  c.bytes = 0;
+  return c;
+}
+
+bool usable(const KeyCtx& ctx) {
+  return g_on && g_before != nullptr && ctx.symbolic && ctx.shape_env != nullptr &&
+      !ctx.key.empty() && !proxy_tracing();
+}
+
+} // namespace
+
+PyObject* portable_before(PyObject* mode, PyObject* args, PyObject* kwargs, const KeyCtx& ctx) {
+  if (!usable(ctx)) return nullptr;
+  PyObject* argv[3] = {mode, args, kwargs != nullptr ? kwargs : Py_None};
+  PyObject* r = PyObject_Vectorcall(g_before, argv, 3, nullptr);
+  if (r == nullptr) PyErr_Clear();
+  return r;
+}
+
+void portable_learn(
+    PyObject* mode,
+    PyObject* func,
+    PyObject* args,
+    PyObject* kwargs,
+    PyObject* out,
+    PyObject* before,
+    const KeyCtx& ctx,
+    const Entry& e) {
+  if (before == nullptr || e.negative || g_learn == nullptr) return;
+  PyObject* argv[6] = {mode, func, args, kwargs != nullptr ? kwargs : Py_None, out, before};
+  PyObject* r = PyObject_Vectorcall(g_learn, argv, 6, nullptr);
+  if (r == nullptr) {
+    PyErr_Clear();
+    return;
+  }
+  if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 2) {
+    Py_DECREF(r);
+    return;
+  }
+  PEntry pe;
+  pe.miss.func = func;
+  Py_INCREF(func);
+  if (!parse_entry(ctx, PyTuple_GET_ITEM(r, 1), pe.miss)) {
+    PyErr_Clear();
+    pe.release();
+    Py_DECREF(r);
+    return;
+  }
+  for (auto& o : pe.miss.outs) {
+    // a view stock's kernel returned shares its input's version counter
+    if (o.kind == OutSpec::View) o.share_version = true;
+  }
+  pe.hit = clone(e);
+  pe.record = PyTuple_GET_ITEM(r, 0);
+  Py_INCREF(pe.record);
+  Py_DECREF(r);
+  if (g_portable.size() >= kMaxPortable) {
+    portable_clear();
+  }
+  Key pk = portable_key(ctx.key);
+  auto old = g_portable.find(pk);
+  if (old != g_portable.end()) {
+    old->second.release();
+    g_portable.erase(old);
+  }
+  g_portable.emplace(std::move(pk), std::move(pe));
+}
+
+PyObject* portable_serve(
+    PyObject* mode,
+    PyObject* func,
+    PyObject* args,
+    PyObject* kwargs,
+    const KeyCtx& ctx) {
+  if (!usable(ctx) || g_portable.empty()) return nullptr;
+  auto it = g_portable.find(portable_key(ctx.key));
+  if (it == g_portable.end()) return nullptr;
+  PEntry& pe = it->second;
+  PyObject* argv[5] = {mode, func, args, kwargs != nullptr ? kwargs : Py_None, pe.record};
+  PyObject* adm = PyObject_Vectorcall(g_admit, argv, 5, nullptr);
+  if (adm == nullptr) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  if (!PyTuple_Check(adm) || PyTuple_GET_SIZE(adm) != 2) {
+    Py_DECREF(adm);
+    return nullptr;
+  }
+  const bool fault = g_inject_fault > 0;
+  if (fault) --g_inject_fault;
+  PyObject* out = rebuild(mode, args, ctx, fault ? pe.hit : pe.miss);
+  if (out == nullptr) {
+    PyErr_Clear();
+    Py_DECREF(adm);
+    return nullptr; // stock computes it
+  }
+  // Under fastfake's crosscheck, stock's verifying call of this very call is the
+  // miss that stores stock's entry (and counts itself): comparing with it compares
+  // with stock's miss, which is what was served.
+  PyObject* cargv[4] = {mode, PyTuple_GET_ITEM(adm, 1), pe.record,
+                        g_config.crosscheck ? Py_False : Py_True};
+  PyObject* ok = PyObject_Vectorcall(g_commit, cargv, 4, nullptr);
+  if (ok == nullptr) {
+    PyErr_Clear();
+    Py_DECREF(adm);
+    Py_DECREF(out);
+    return nullptr;
+  }
+  Py_DECREF(ok);
+  Entry local = clone(pe.hit);
+  Py_XSETREF(local.validity, PyTuple_GET_ITEM(adm, 0));
+  Py_INCREF(local.validity);
+  local.env_version = replacements_version(ctx.shape_env);
+  Py_DECREF(adm);
+  if (!g_config.crosscheck && g_stock_counts.enabled && !g_stock_counts.non_fake_call) {
+    ++g_stock_counts.misses; // stock's miss; its entry went to the ShapeEnv's cache
+  }
+  store(Key(ctx.key), std::move(local));
+  return out;
+}
+
+} // namespace cache_detail
+
+void portable_setup(PyObject* before, PyObject* learn, PyObject* admit, PyObject* commit) {
+  using namespace cache_detail;
+  for (auto [dst, src] : {std::pair{&g_before, before}, {&g_learn, learn}, {&g_admit, admit},
+                          {&g_commit, commit}}) {
+    Py_XINCREF(src);
+    Py_XSETREF(*dst, src);
+  }
+}
+
+bool portable_set(bool on) {
+  const bool was = cache_detail::g_on;
+  cache_detail::g_on = on; // records are kept, like the result cache's entries
+  return was;
+}
+
+void portable_inject_fault(int n) {
+  cache_detail::g_inject_fault = n;
+}
+
+size_t portable_size() {
+  return cache_detail::g_portable.size();
+}
+
+void portable_clear() {
+  for (auto& [k, pe] : cache_detail::g_portable) {
+    pe.release();
+  }
+  cache_detail::g_portable.clear();
+}
+
+} // namespace fastfake

@@ -1,0 +1,21 @@
+// Symbolic result-cache entries reused in another ShapeEnv (csrc/cache_portable.cpp,
+// fastfake/_portable.py): the extension's module functions for them.
+#pragma once
+
+#include <Python.h>
+
+#include <cstddef>
+
+namespace fastfake {
+
+// Binds fastfake._portable's before / learn / admit / commit.
+void portable_setup(PyObject* before, PyObject* learn, PyObject* admit, PyObject* commit);
+// Turns serving and learning on or off; returns the previous setting.
+bool portable_set(bool on);
+size_t portable_size();
+void portable_clear();
+// Testing only: the next n served calls are rebuilt from the recipe of stock's hit
+// instead of its miss (what a mix-up of the two recipes would serve).
+void portable_inject_fault(int n);
+
+} // namespace fastfake
