@@ -79,6 +79,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--warm-signatures", action="store_true",
                    help="keep fastfake's learned elementwise signatures between repetitions "
                         "(default: forget them, so every fastfake repetition is a cold first trace)")
+    p.add_argument("--warm-process", action="store_true",
+                   help="compile rows as a long-running process compiles again: one untimed "
+                        "compile per implementation first, then each repetition resets only "
+                        "Dynamo (stock's dispatch cache and what fastfake learned stay)")
     p.add_argument("--list", action="store_true", help="list models and workloads and exit")
     args = p.parse_args(argv)
     try:
@@ -164,7 +168,7 @@ def run_cell(spec, model, inputs, wl, args, progress: Progress) -> dict:
         _log(f"[{progress.i}/{progress.total}] {name} setup FAILED: {type(e).__name__}: {str(e)[:200]}")
         return row
 
-    if wl.warm:  # one untimed call per implementation
+    if wl.warm or (args.warm_process and not wl.subprocess):  # one untimed call per implementation
         for impl in harness.IMPLS:
             harness.set_impl(impl)
             try:
@@ -181,7 +185,8 @@ def run_cell(spec, model, inputs, wl, args, progress: Progress) -> dict:
             harness.set_impl(impl)
             try:
                 res = progress.step(label, lambda: harness.timed_run(
-                    run, warm=wl.warm, inner=args.inner, cold_fastfake=not args.warm_signatures))
+                    run, warm=wl.warm, inner=args.inner, cold_fastfake=not args.warm_signatures,
+                    keep_learned=args.warm_process and not wl.subprocess))
             except Exception as e:
                 row["errors"][impl] = f"{type(e).__name__}: {str(e)[:500]}"
                 if os.environ.get("BENCH_TRACEBACK"):
@@ -203,7 +208,7 @@ def run_cell(spec, model, inputs, wl, args, progress: Progress) -> dict:
                     total = harness.trace_seconds(0.0, rep["timing"])
                     return total, rep["fake_dispatch_s"], rep["fake_calls"]
                 if not wl.warm:
-                    harness.fresh_state(cold_fastfake=False, run=run)
+                    harness.fresh_state(cold_fastfake=False, run=run, keep_learned=args.warm_process)
                 import gc
                 gc.collect()
                 n = args.inner if wl.warm else 1
@@ -236,7 +241,7 @@ def run_cell(spec, model, inputs, wl, args, progress: Progress) -> dict:
         else:
             def symnode_run():
                 harness.set_impl("fastfake")
-                harness.fresh_state(cold_fastfake=True, run=run)
+                harness.fresh_state(cold_fastfake=True, run=run, keep_learned=args.warm_process)
                 import gc
                 gc.collect()
                 harness.reset_counters()
@@ -556,6 +561,7 @@ def main(argv=None) -> int:
             "repeat": args.repeat,
             "inner": args.inner,
             "warm_signatures": args.warm_signatures,
+            "warm_process": args.warm_process,
             "transformers": have_transformers(),
             "wall_s": wall,
         }

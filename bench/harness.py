@@ -56,15 +56,21 @@ def forget_signatures() -> None:
         pass
 
 
-def fresh_state(*, cold_fastfake: bool = True, run=None) -> None:
+def fresh_state(*, cold_fastfake: bool = True, run=None, keep_learned: bool = False) -> None:
     """Next trace is a first trace. ``run`` is the workload callable; a workload
     whose backend keeps its own compile cache attaches ``run.fresh_state`` to empty
-    it (openxla: torch_xla's computation cache)."""
+    it (openxla: torch_xla's computation cache). ``keep_learned``: only Dynamo is
+    reset, as between two compiles of a long-running process: stock's dispatch
+    cache and everything fastfake learned stay."""
     torch._dynamo.reset()
+    backend_reset = getattr(run, "fresh_state", None)
+    if keep_learned:
+        if backend_reset is not None:
+            backend_reset()
+        return
     _ft.FakeTensorMode.cache_clear()
     if cold_fastfake:
         forget_signatures()
-    backend_reset = getattr(run, "fresh_state", None)
     if backend_reset is not None:
         backend_reset()
 
@@ -257,13 +263,15 @@ def code_digest(codes: list[str]) -> str:
     return h.hexdigest()[:16]
 
 
-def timed_run(run, *, warm: bool, inner: int = 1, cold_fastfake: bool = True) -> RunResult:
+def timed_run(run, *, warm: bool, inner: int = 1, cold_fastfake: bool = True,
+              keep_learned: bool = False) -> RunResult:
     """One measured repetition of a workload callable under the current impl.
 
     Cold workloads: fresh state, one call. Warm workloads: ``inner`` calls, the
     reported time is the mean per call, the counters are those of the last call."""
     if not warm:
-        fresh_state(cold_fastfake=cold_fastfake and fastfake.is_installed(), run=run)
+        fresh_state(cold_fastfake=cold_fastfake and fastfake.is_installed(), run=run,
+                    keep_learned=keep_learned)
     gc.collect()
     if warm and inner > 1:
         t0 = time.perf_counter()
