@@ -445,6 +445,7 @@ _TXT = {
 _BERT_DEFAULT = dict(batch=8, seq=128, vocab=30522, dim=768, heads=12, ff=3072, depth=6)
 _GPT2_DEFAULT = dict(batch=8, seq=128, vocab=50257, dim=768, heads=12, ff=3072, depth=4)
 _T5_DEFAULT = dict(batch=8, seq=128, vocab=32128, dim=512, heads=8, ff=2048, depth=2)
+_LLAMA_DEFAULT = dict(batch=4, seq=128, vocab=32000, dim=512, heads=8, ff=1376, depth=6)
 
 
 def _hp(size: str, default: dict) -> dict:
@@ -512,6 +513,25 @@ def _t5(size: str) -> nn.Module:
     return _EncoderDecoder(hp["vocab"], hp["dim"], hp["heads"], hp["ff"], hp["depth"], 512)
 
 
+def _llama(size: str) -> nn.Module:
+    hp = _hp(size, _LLAMA_DEFAULT)
+    if have_transformers():
+        from transformers import LlamaConfig, LlamaModel
+
+        cfg = LlamaConfig(
+            vocab_size=hp["vocab"],
+            hidden_size=hp["dim"],
+            intermediate_size=hp["ff"],
+            num_hidden_layers=hp["depth"],
+            num_attention_heads=hp["heads"],
+            num_key_value_heads=hp["heads"],
+            max_position_embeddings=2048,
+            use_cache=False,
+        )
+        return HFWrapper(LlamaModel(cfg))
+    return _EncoderLM(hp["vocab"], hp["dim"], hp["heads"], hp["ff"], hp["depth"], 2048, causal=True)
+
+
 _register(
     ModelSpec(
         "bert",
@@ -537,6 +557,16 @@ _register(
         _t5,
         lambda size: _token_inputs(_hp(size, _T5_DEFAULT), n=2),
         "T5-small width (512/8 heads/2048), 2+2 layers, batch 8 x seq 128 (enc and dec)",
+    )
+)
+
+_register(
+    ModelSpec(
+        "llama",
+        "transformer",
+        _llama,
+        lambda size: _token_inputs(_hp(size, _LLAMA_DEFAULT)),
+        "Llama-style (RMSNorm, rotary, SwiGLU; 512/8 heads/1376), 6 layers, batch 4 x seq 128",
     )
 )
 
