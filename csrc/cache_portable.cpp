@@ -58,8 +58,10 @@ Entry clone(const Entry& e) {
 }
 
 bool usable(const KeyCtx& ctx) {
+  // (not for a call whose real tensor arguments were converted: stock bypasses
+  // its cache for it)
   return g_on && g_before != nullptr && ctx.symbolic && ctx.shape_env != nullptr &&
-      !ctx.key.empty() && !proxy_tracing();
+      !ctx.key.empty() && !g_stock_counts.non_fake_call && !proxy_tracing();
 }
 
 } // namespace
