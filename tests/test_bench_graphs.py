@@ -94,3 +94,30 @@ def test_crosscheck_on_models(model, workload, monkeypatch):
         assert stats["cache.symbolic.hit"] > 0, stats
     else:  # torch 2.9: the symbolic cache is off; those calls go to stock, counted
         assert stats["cache.symbolic.hit"] == 0 and stats["cache.bypass.symbolic_shape"] > 0, stats
+
+
+@pytest.mark.parametrize("workload", ["compile_dynamic", "compile_train_dynamic"])
+def test_llama_graphs_identical(workload):
+    """The Llama-style zoo model (RMSNorm, rotary embeddings, SwiGLU)."""
+    pytest.importorskip("transformers")
+    test_graphs_identical("llama", workload)
+
+
+def test_warm_process_cli_compiles_again_with_what_it_learned(tmp_path):
+    """`python -m bench --warm-process`: graphs identical, and the measured compile's
+    first calls in its new ShapeEnvs come from the untimed compile's entries."""
+    import json
+
+    from bench.__main__ import main
+
+    out = tmp_path / "warm.json"
+    rc = main(["--models", "bert", "--workloads", "compile_dynamic", "--size", "small", "--repeat", "1",
+               "--warm-process", "--check-graphs", "--no-dispatch-share", "--json", str(out)])
+    assert rc == 0
+    data = json.loads(out.read_text())
+    row = data["rows"][0]
+    assert data["meta"]["warm_process"] is True, data["meta"]
+    assert row["graphs_identical"] is True, row.get("graph_diff")
+    stats = row["runs"]["fastfake"][0]["stats"]
+    if _compat.shape_env_counts_replacements() and _compat.portable_entries_known():
+        assert stats.get("cache.symbolic.portable.served", 0) > 0, stats
