@@ -1,0 +1,140 @@
+"""Long seeded random programs of symbolic views and reshapes (``_unsafe_view``
+with sizes computed from SymInts, ``reshape`` + ``mm``, transposes, clones) with
+guards in between, stock and fastfake side by side in one process
+(tests/test_stateful.py's Twin): every step compared, including the derived
+values (numel, contiguity) memoised on inputs and outputs and the whole ShapeEnv
+state (guards, ranges, replacements, runtime asserts).
+
+Two seeds find differences from stock in the ShapeEnv state that are not yet
+fixed (with ``FASTFAKE_NO_SYMBOLIC_CACHE=1`` all three seeds pass):
+
+* seed 0: the replacement table. Stock's kernels and its cache hits read
+  ``SymNode.expr``, whose ``ShapeEnv.replace`` path-compresses replacement chains
+  (``_find``: ``s98 -> s31 -> s16`` becomes ``s98 -> s16``); a call fastfake
+  serves reads no expression, so the chain stays uncompressed (same values, a
+  different ``replacements`` dict and replacement version);
+* seed 1: duplicate guards. Whether stock adds a guard it already holds depends
+  on the history of its lru-cached static evaluation (``_maybe_evaluate_static``,
+  cleared only when the ShapeEnv's version counter moves, shared by every
+  ShapeEnv of the process); fastfake makes fewer such evaluations, and the two
+  worlds here share that cache. With the lru caches cleared before every call
+  this seed passes.
+
+They are marked xfail (not strict: in the full suite the process's earlier
+history could change which step meets them); seed 2 must pass.
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+import fastfake
+import parity
+from fastfake import _C
+from test_stateful import Twin
+
+pytestmark = parity.requires_symbolic_cache
+
+uv = torch.ops.aten._unsafe_view.default
+
+
+def _memo(t) -> str:
+    return repr(_C.synth_recipe(t, True))
+
+
+def _flatten(t):
+    out = uv(t, [t.shape[0] * t.shape[1], *t.shape[2:]])
+    return out, _memo(t), _memo(out)
+
+
+def _split(t):
+    out = uv(t, [t.shape[0], 2, t.shape[1] // 2, *t.shape[2:]]) if t.shape[1] % 2 == 0 else uv(t, list(t.shape))
+    return out, _memo(t), _memo(out)
+
+
+def _same(t):
+    out = uv(t, list(t.shape))
+    return out, _memo(t), _memo(out)
+
+
+def _mm_then_view(t, w):
+    h = torch.mm(t.reshape(-1, t.shape[-1]), w)
+    out = uv(h, [*t.shape[:-1], w.shape[1]])
+    return out, _memo(h), _memo(out)
+
+
+STEPS = {
+    "flatten": (_flatten, 1),
+    "split": (_split, 1),
+    "same": (_same, 1),
+    "mm_then_view": (_mm_then_view, 2),
+    "clone": (lambda t: t.clone(), 1),
+    "mul": (lambda t: t * 2, 1),
+    "contiguous_query": (lambda t: (t.is_contiguous(), _memo(t)), 1),
+    "numel_query": (lambda t: (t.numel(), _memo(t)), 1),
+    "transpose": (lambda t: t.transpose(0, 1), 1),
+}
+
+SHAPES = [(4, 6, 8), (4, 6, 8), (6, 8), (3, 4, 8), (4, 6, 8)]
+
+
+def _hint(v) -> int:
+    return v.node.hint if isinstance(v, torch.SymInt) else v
+
+
+def view_steps(twin: Twin, rng: random.Random, n: int) -> None:
+    weights: list[int] = []
+    live: list[int] = []
+    for _ in range(n):
+        r = rng.random()
+        if r < 0.08 or len(live) < 2:
+            h = twin.new(0, rng.choice(SHAPES), None, torch.float32, "cpu", False)
+            if h is not None:
+                live.append(h)
+            continue
+        if r < 0.11:
+            w = twin.new(0, (8, 8), None, torch.float32, "cpu", False)
+            if w is not None:
+                weights.append(w)
+            continue
+        if r < 0.115:
+            twin.clear_caches()
+            continue
+        if r < 0.125:
+            # a guard on one of the symbols: the ShapeEnv learns a range
+            a = rng.choice(live)
+            bound = rng.choice([2, 3, 100])
+            twin.step(0, f"guard(size(0) >= {bound})",
+                      lambda t, b=bound: torch._check(t.shape[0] >= b) if t.dim() else None, [a])
+            continue
+        name = rng.choice(list(STEPS))
+        fn, arity = STEPS[name]
+        a = rng.choice(live)
+        handles = [a]
+        if arity == 2:
+            if not weights:
+                continue
+            handles.append(rng.choice(weights))
+        if twin.stock.pool[a].dim() < 2:
+            continue
+        if name == "mm_then_view" and _hint(twin.stock.pool[a].shape[-1]) != 8:
+            continue  # (by the hint: comparing the SymInt would guard in one world only)
+        live.extend(twin.step(0, name, fn, handles))
+        if len(live) > 30:
+            del live[: len(live) - 30]
+
+
+KNOWN = pytest.mark.xfail(strict=False, raises=AssertionError,
+                          reason="a known symbolic-cache difference (module docstring)")
+
+
+@pytest.mark.parametrize("seed", [pytest.param(0, marks=KNOWN), pytest.param(1, marks=KNOWN), 2])
+def test_long_random_view_sequences(seed):
+    fastfake.cache_clear()
+    fastfake.reset_stats()
+    twin = Twin(True)
+    view_steps(twin, random.Random(77 + seed), 500)
+    s = fastfake.stats()
+    assert s["cache.symbolic.hit"] > 30, parity.counters_with_prefix(s, "cache.symbolic")
