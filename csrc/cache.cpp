@@ -33,6 +33,7 @@
 // objects and (symbolic) sympy values, never to modes, shape envs or tensors.
 #include "cache_internal.h"
 #include "portable.h"
+#include "rerun.h"
 
 #include <ATen/EmptyTensor.h>
 #include <c10/core/DefaultDtype.h>
@@ -164,6 +165,7 @@ void cache_clear() {
   g_index.clear();
   g_bytes = 0;
   portable_clear();
+  rerun_clear();
 }
 
 size_t cache_size() {
@@ -246,7 +248,18 @@ PyObject* try_cache(
     g_lru.splice(g_lru.begin(), g_lru, it->second);
     const Entry& e = it->second->second;
     if (e.negative) {
-      return bypass(e.reason);
+      const Stat reason = e.reason;
+      if (ctx.symbolic) {
+        // A call stock reruns every time (cache_rerun.cpp).
+        bool done = false;
+        PyObject* r = rerun_call(mode, func, types, args, kwargs, ctx, &done, served);
+        if (done) {
+          *handled = true;
+          if (!*served) bump(reason);
+          return r;
+        }
+      }
+      return bypass(reason);
     }
     *handled = true;
     PyObject* r = rebuild(mode, args, ctx, e);

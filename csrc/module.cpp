@@ -2,6 +2,7 @@
 #include "compat.h"
 #include "fastfake.h"
 #include "portable.h"
+#include "rerun.h"
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -142,6 +143,23 @@ PYBIND11_MODULE(_C, m) {
         portable_setup(before.ptr(), learn.ptr(), admit.ptr(), commit.ptr());
       },
       "Bind fastfake._portable's hooks (symbolic entries reused in another ShapeEnv).");
+  m.def(
+      "setup_rerun",
+      [](py::handle before, py::handle learn, py::handle admit, py::handle ops) {
+        rerun_setup(before.ptr(), learn.ptr(), admit.ptr(), ops.ptr());
+      },
+      "Bind fastfake._rerun's hooks and ops (symbolic calls stock never caches).");
+  m.def(
+      "set_rerun",
+      [](bool on) { return rerun_set(on); },
+      py::arg("on"),
+      "Serve and learn rerun entries; returns the previous setting.");
+  m.def("rerun_size", []() { return rerun_size(); });
+  m.def("rerun_counts", []() { return rerun_counts(); });
+  m.def("rerun_reset_counts", []() { rerun_reset_counts(); });
+  m.def("rerun_set_counts", [](uint64_t served, uint64_t declined_inputs) {
+    rerun_set_counts(served, declined_inputs);
+  });
   m.def(
       "set_portable",
       [](bool on) { return portable_set(on); },
@@ -291,16 +309,19 @@ PYBIND11_MODULE(_C, m) {
           g_config.inject_convert_fault = n;
         } else if (kind == "portable") {
           portable_inject_fault(n);
+        } else if (kind == "rerun") {
+          rerun_inject_fault(n);
         } else {
           throw py::value_error(
-              "_inject_fault: kind is 'dtype', 'device', 'convert' or 'portable'");
+              "_inject_fault: kind is 'dtype', 'device', 'convert', 'portable' or 'rerun'");
         }
       },
       py::arg("n"),
       py::arg("kind") = "dtype",
       "Testing only: give the next n fast results a wrong dtype, or store a wrong "
       "device on the next n FakeTensors built, or leave requires_grad unset on the next "
-      "n conversions, or serve the next n portable entries from stock's hit recipe.");
+      "n conversions, or serve the next n portable entries from stock's hit recipe, or "
+      "leave the inputs of the next n served rerun calls without the kernel's memoised values.");
   m.def("get_config", []() {
     return py::make_tuple(
         g_config.elementwise,

@@ -130,6 +130,37 @@ def portable_size() -> int:
     """Number of recorded entries another ShapeEnv may reuse (bounded: 8,192, then
     emptied)."""
 
+def setup_rerun(
+    before: Callable[[Any, Any, tuple, Any], Any],
+    learn: Callable[[Any, Any, tuple, Any, Any, Any], Any],
+    admit: Callable[[Any, Any], bool],
+    ops: tuple[Any, ...],
+) -> None:
+    """Bind ``fastfake._rerun``'s hooks and the ops it serves: symbolic calls stock
+    never caches (csrc/cache_rerun.cpp). For a symbolic call of one of ``ops`` with a
+    negative result-cache entry, C++ asks ``before(mode, func, args, kwargs)`` for a
+    snapshot before stock reruns it, records which derived values each tensor
+    argument had memoised, and afterwards ``learn(mode, func, args, kwargs, out,
+    snapshot)`` returns ``(record, description)`` with ``record = (symbols,
+    signature, [stamp], nested_hits)``; the entry (keyed with the ShapeEnv's id) also
+    holds what the kernel memoised on the inputs. A repeat is served when the inputs
+    have memoised the same derived values and ``admit(mode, record)`` is true."""
+
+def set_rerun(on: bool) -> bool:
+    """Serve and learn rerun entries (returns the previous setting; entries are kept
+    until :func:`cache_clear`)."""
+
+def rerun_size() -> int:
+    """Number of rerun entries (bounded: 4,096, then emptied)."""
+
+def rerun_counts() -> tuple[int, int]:
+    """``(served, declined because an input had memoised other values)``."""
+
+def rerun_reset_counts() -> None: ...
+
+def rerun_set_counts(served: int, declined_inputs: int) -> None:
+    """Put saved counts back (the self-test restores the user's counters)."""
+
 def setup_detach(stock: Any) -> None:
     """Bind stock's ``fast_detach`` (called for every case :func:`fast_detach` does
     not serve)."""
@@ -211,7 +242,9 @@ def _inject_fault(n: int, kind: str = "dtype") -> None:
     another release gives); ``kind="convert"``: the next ``n`` conversions by
     :func:`convert_real` leave ``requires_grad`` unset; ``kind="portable"``: the
     next ``n`` calls served from another ShapeEnv's entry are rebuilt from stock's
-    hit recipe instead of its miss recipe."""
+    hit recipe instead of its miss recipe; ``kind="rerun"``: the next ``n`` served
+    repeats of a call stock never caches leave their inputs without the values the
+    kernel memoised on them."""
 
 def register_elementwise(
     op: Any, name: str, inplace: bool, args: list[tuple[str, int, bool, bool, Any]]

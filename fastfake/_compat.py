@@ -241,3 +241,17 @@ def portable_entries_known() -> bool:
     if not isinstance(hints, dict):
         return False
     return callable(getattr(_ft(), "_set_cache_key_for_shape_env", None))
+
+
+@functools.cache
+def stock_reruns_unsafe_view() -> bool:
+    """Whether stock refuses to cache ``aten._unsafe_view`` ("unsafe view", up to
+    2.14; 2.15 caches it as a view): then fastfake._rerun serves its symbolic
+    repeats. Read from stock's cache-key validation."""
+    import inspect
+
+    try:
+        src = inspect.getsource(_ft().FakeTensorMode._validate_cache_key)
+    except (OSError, TypeError, AttributeError):
+        return False
+    return '"unsafe view"' in src and "_unsafe_view" in src

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import _C, _compat, _convert, _detach, _functional, _portable, _selftest, _stock_cache
+from . import _C, _compat, _convert, _detach, _functional, _portable, _rerun, _selftest, _stock_cache
 from ._compat import SUPPORTED_TORCH_VERSIONS
 
 log = logging.getLogger("fastfake")
@@ -140,6 +140,7 @@ def _setup() -> None:
     )
     _C.setup_symbolic(SymNode, torch.SymInt, sym_vid, still_valid, capture_begin)
     _portable.setup(_C)
+    _rerun.setup(_C)
     from ._real_inputs import policy
 
     _C.setup_real_inputs(torch.Tensor, torch.nn.Parameter, ft.fake_tensor_tls, policy)
@@ -226,6 +227,7 @@ def install(
         real_inputs=not _env_flag("FASTFAKE_NO_REAL_INPUTS"),
     )
     _C.set_portable(opts.cache and _portable_allowed(_State.selftest))
+    _C.set_rerun(opts.cache and _rerun_allowed(_State.selftest))
     _apply(ft, opts)
     if opts.cache and _functional_memo_allowed(_State.selftest):
         _functional.install(crosscheck=opts.crosscheck)
@@ -259,6 +261,15 @@ def _portable_allowed(report) -> bool:
         and not _env_flag("FASTFAKE_NO_PORTABLE")
         and _portable.available()
         and report.passed.get("cache_portable", False)
+    )
+
+
+def _rerun_allowed(report) -> bool:
+    return (
+        _symbolic_cache_allowed(report)
+        and not _env_flag("FASTFAKE_NO_RERUN")
+        and _compat.stock_reruns_unsafe_view()
+        and report.passed.get("cache_rerun", False)
     )
 
 
@@ -339,14 +350,15 @@ def _run_selftest(ft) -> _selftest.Report:
     def only(feature: str):
         _C.set_config(
             elementwise=feature == "elementwise",
-            cache=feature in ("cache", "cache_symbolic", "cache_portable"),
+            cache=feature in ("cache", "cache_symbolic", "cache_portable", "cache_rerun"),
             crosscheck=False,
             max_signatures_per_op=MAX_SIGNATURES_PER_OP,
             cache_max_entries=CACHE_MAX_ENTRIES,
             cache_max_bytes=CACHE_MAX_BYTES,
-            cache_symbolic=feature in ("cache_symbolic", "cache_portable"),
+            cache_symbolic=feature in ("cache_symbolic", "cache_portable", "cache_rerun"),
         )
         _C.set_portable(feature == "cache_portable")
+        _C.set_rerun(feature == "cache_rerun")
         _apply(ft, Options(elementwise=True, cache=feature != "elementwise", device=True))
         if feature == "functional_storage":
             _functional.install()
@@ -372,6 +384,8 @@ def _run_selftest(ft) -> _selftest.Report:
         features.append("cache_symbolic")
         if _portable.available():
             features.append("cache_portable")
+        if _compat.stock_reruns_unsafe_view():
+            features.append("cache_rerun")
     report = _selftest.run(only, _original(ft.FakeTensor, "device"), features)
     for feature, why in report.failures.items():
         warnings.warn(
@@ -425,6 +439,7 @@ def _configure_off() -> None:
     )
     _C.set_convert(False)
     _C.set_portable(False)
+    _C.set_rerun(False)
 
 
 def uninstall() -> None:

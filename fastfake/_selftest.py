@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import optree
 import torch
 
-from . import _C, _compat, _functional, _portable
+from . import _C, _compat, _functional, _portable, _rerun
 
 #: fastfake features and the counters that show each one served a result.
 FEATURES = {
@@ -40,6 +40,7 @@ FEATURES = {
     "cache": ("cache.hit",),
     "cache_symbolic": ("cache.symbolic.hit",),
     "cache_portable": ("cache.symbolic.portable.served",),
+    "cache_rerun": ("cache.symbolic.rerun.served",),
     "device": ("device.fast",),
     "functional_storage": ("functional.storage.hit", "functional.storage.replayed"),
     "detach": ("detach.fast",),
@@ -163,6 +164,22 @@ def _portable_program(mode, dev: str) -> list:
             out.append(("sum", (x,), x.sum(0)))
             out.append(("view", (x,), x.view(x.shape[0] * x.shape[1])))
         return out
+
+
+def _rerun_program(mode, dev: str) -> list:
+    """Repeats of a call stock never caches (``_unsafe_view``), each on a new input
+    tensor with the same metadata, and what its kernel memoised on that input."""
+    x = _symbolic_input(mode, dev, 6, 8)
+    out = []
+    for i in range(4):
+        t = x.clone() if i % 2 == 0 else x * 2
+        y = torch.ops.aten._unsafe_view.default(t, [x.shape[0] * x.shape[1]])
+        out.append(("_unsafe_view", (t,), y))
+        out.append(("input memo", (), _C.synth_recipe(t, True)))
+        out.append(("output memo", (), _C.synth_recipe(y, True)))
+        z = torch.ops.aten._unsafe_view.default(y, [x.shape[1], x.shape[0]])
+        out.append(("_unsafe_view back", (y,), z))
+    return out
 
 
 def functional_wrapper(t: torch.Tensor) -> torch.Tensor:
@@ -303,6 +320,7 @@ def _groups() -> list[tuple[str, Program, bool, tuple[str, ...]]]:
         ("cache", _cache_program, False, ("cpu", *accel)),
         ("cache_symbolic", _symbolic_program, True, ("cpu",)),
         ("cache_portable", _portable_program, True, ("cpu",)),
+        ("cache_rerun", _rerun_program, True, ("cpu",)),
         ("functional_storage", _functional_program, True, ("cpu",)),
         ("detach", _detach_program, True, ("cpu", *accel)),
         ("convert", _convert_program, False, ("cpu",)),
@@ -472,6 +490,7 @@ def run(
     counters_before = [v for _, v in _C.counters()]
     functional_before = _functional.counters()
     portable_before = dict(_portable._counts)
+    rerun_before = _rerun.saved_counters()
     device_ok = True
     device_msg = ""
     device_served = 0
@@ -489,6 +508,7 @@ def run(
                     _C.reset_counters()
                     _functional.reset_counters()
                     _portable.reset_counters()
+                    _rerun.reset_counters()
                     tls = _dispatch_tls()
                     with torch._C._PreserveDispatchKeyGuard():
                         with fast(feature):
@@ -499,6 +519,7 @@ def run(
                     counts = dict(_C.counters())
                     counts.update(_functional.counters())
                     counts.update(_portable.counters())
+                    counts.update(_rerun.counters())
                     served += _served(counts, feature)
                     device_served += _served(counts, "device")
                     diff = _first_difference(stock, got)
@@ -522,6 +543,7 @@ def run(
         _functional.set_counters(functional_before)
         _portable._counts.clear()
         _portable._counts.update(portable_before)
+        _rerun.restore_counters(rerun_before)
     report.passed["device"] = device_ok
     report.served["device"] = device_served
     if not device_ok:

@@ -1,7 +1,7 @@
 """Counters: fastfake.stats() / fastfake.reset_stats()."""
 from __future__ import annotations
 
-from . import _C, _functional, _portable
+from . import _C, _functional, _portable, _rerun
 
 
 def stats() -> dict[str, int]:
@@ -19,6 +19,7 @@ def stats() -> dict[str, int]:
     out = {name: int(value) for name, value in _C.counters()}
     out.update(_functional.counters())
     out.update(_portable.counters())
+    out.update(_rerun.counters())
     from ._install import _State
 
     report = _State.selftest
@@ -34,6 +35,7 @@ def reset_stats() -> None:
     _C.reset_counters()
     _functional.reset_counters()
     _portable.reset_counters()
+    _rerun.reset_counters()
 
 
 def elementwise_report() -> dict[str, dict]:

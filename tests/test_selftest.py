@@ -41,6 +41,8 @@ def test_passes_here_and_every_feature_served():
         expected.add("cache_symbolic")
         if _compat.portable_entries_known():
             expected.add("cache_portable")
+        if _compat.stock_reruns_unsafe_view():
+            expected.add("cache_rerun")
     assert set(report["passed"]) == expected
     assert all(report["passed"].values())
     # Each feature served results itself, so the comparison proved something.
@@ -411,4 +413,34 @@ def test_portable_hit_recipe_served_as_miss_is_caught():
     out = r.stdout
     assert "'cache_portable': False" in out and "'cache_symbolic': True" in out, out
     assert "'cache_portable', which stays off" in out, out
+    assert "counted: 1" in out and "on: False" in out, out
+
+
+@pytest.mark.skipif(
+    not (_compat.shape_env_counts_replacements() and _compat.stock_reruns_unsafe_view()),
+    reason="no rerun entries on this release",
+)
+def test_rerun_forgotten_input_memos_are_caught():
+    """Served repeats of a call stock reruns that leave out what the kernel memoised
+    on its input turn cache_rerun off and nothing else."""
+    r = _in_subprocess(
+        """
+        import warnings
+        import fastfake
+        fastfake._C._inject_fault(100, "rerun")
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            fastfake.install()
+        r = fastfake.selftest_report()
+        print("passed:", r["passed"])
+        print("warned:", [str(x.message) for x in w])
+        print("counted:", fastfake.stats()["selftest.failed.cache_rerun"])
+        print("on:", fastfake._C.set_rerun(False))
+        """
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = r.stdout
+    assert "'cache_rerun': False" in out and "'cache_symbolic': True" in out, out
+    assert "'cache_portable': True" in out, out
+    assert "'cache_rerun', which stays off" in out, out
     assert "counted: 1" in out and "on: False" in out, out

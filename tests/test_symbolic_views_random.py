@@ -84,10 +84,18 @@ def _hint(v) -> int:
     return v.node.hint if isinstance(v, torch.SymInt) else v
 
 
-def view_steps(twin: Twin, rng: random.Random, n: int) -> None:
+def view_steps(twin: Twin, rng: random.Random, n: int, repeat: float = 0.0) -> None:
+    """``repeat``: the share of steps that redo one of the last ten calls on the same
+    values (their fresh intermediates and outputs are new tensors with the same
+    metadata, as each layer of a model calls the same ops)."""
     weights: list[int] = []
     live: list[int] = []
+    recent: list[tuple] = []
     for _ in range(n):
+        if recent and rng.random() < repeat:
+            name, fn, handles = rng.choice(recent)
+            live.extend(twin.step(0, name, fn, handles))
+            continue
         r = rng.random()
         if r < 0.08 or len(live) < 2:
             h = twin.new(0, rng.choice(SHAPES), None, torch.float32, "cpu", False)
@@ -121,6 +129,7 @@ def view_steps(twin: Twin, rng: random.Random, n: int) -> None:
             continue
         if name == "mm_then_view" and _hint(twin.stock.pool[a].shape[-1]) != 8:
             continue  # (by the hint: comparing the SymInt would guard in one world only)
+        recent = [*recent[-9:], (name, fn, handles)]
         live.extend(twin.step(0, name, fn, handles))
         if len(live) > 30:
             del live[: len(live) - 30]
