@@ -20,8 +20,9 @@ fixed (with ``FASTFAKE_NO_SYMBOLIC_CACHE=1`` all three seeds pass):
   worlds here share that cache. With the lru caches cleared before every call
   this seed passes.
 
-They are marked xfail (not strict: in the full suite the process's earlier
-history could change which step meets them); seed 2 must pass.
+Those two seeds report xfail when they meet exactly one of these two differences
+(the process's earlier history can decide whether the second one shows); any other
+difference fails them, and seed 2 must pass.
 """
 from __future__ import annotations
 
@@ -92,7 +93,7 @@ def view_steps(twin: Twin, rng: random.Random, n: int, repeat: float = 0.0) -> N
     live: list[int] = []
     recent: list[tuple] = []
     for _ in range(n):
-        if recent and rng.random() < repeat:
+        if recent and repeat and rng.random() < repeat:
             name, fn, handles = rng.choice(recent)
             live.extend(twin.step(0, name, fn, handles))
             continue
@@ -135,15 +136,45 @@ def view_steps(twin: Twin, rng: random.Random, n: int, repeat: float = 0.0) -> N
             del live[: len(live) - 30]
 
 
-KNOWN = pytest.mark.xfail(strict=False, raises=AssertionError,
-                          reason="a known symbolic-cache difference (module docstring)")
+def _roots(env) -> dict:
+    """Every replaced symbol's final value, following chains without compressing."""
+    import sympy
+
+    def resolve(e, depth=0):
+        if depth > 50:
+            return e
+        return e.xreplace({f: resolve(env.replacements[f], depth + 1)
+                           for f in e.free_symbols if f in env.replacements})
+
+    return {str(k): str(sympy.simplify(resolve(v))) for k, v in env.replacements.items()}
 
 
-@pytest.mark.parametrize("seed", [pytest.param(0, marks=KNOWN), pytest.param(1, marks=KNOWN), 2])
+def _only_known_differences(twin: Twin) -> bool:
+    """The two open differences and nothing else: the same replacement values
+    (chains compressed differently), or the same guards with some repeated."""
+    a, b = twin.stock.modes[0].shape_env, twin.fast.modes[0].shape_env
+    ga, gb = [str(g.expr) for g in a.guards], [str(g.expr) for g in b.guards]
+    same_replacements = _roots(a) == _roots(b)
+    same_guards = ga == gb or (set(ga) == set(gb) and ga != gb)
+    return same_replacements and same_guards and (ga != gb or a.replacements != b.replacements)
+
+
+@pytest.mark.parametrize("seed", range(3))
 def test_long_random_view_sequences(seed):
     fastfake.cache_clear()
     fastfake.reset_stats()
     twin = Twin(True)
-    view_steps(twin, random.Random(77 + seed), 500)
+    try:
+        view_steps(twin, random.Random(77 + seed), 500)
+    except AssertionError as e:
+        # Only the two known differences are tolerated (reported as xfail); any
+        # other difference fails.
+        lines = [x.strip() for x in str(e).splitlines() if x.strip().startswith("result.")]
+        in_env_only = bool(lines) and all(
+            x.startswith(("result.shape_env.replacements", "result.shape_env.guards")) for x in lines
+        )
+        if seed in (0, 1) and in_env_only and _only_known_differences(twin):
+            pytest.xfail("a known ShapeEnv-state difference (module docstring)")
+        raise
     s = fastfake.stats()
     assert s["cache.symbolic.hit"] > 30, parity.counters_with_prefix(s, "cache.symbolic")
