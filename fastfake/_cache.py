@@ -304,6 +304,28 @@ def _plain_state(t) -> bool:
     return all(v is None for k, v in d.items() if k not in ("fake_mode", device_attr))
 
 
+def plain_alias(mode, out, base) -> bool:
+    """``out`` is what stock's uncached ``_unsafe_view`` of ``base`` returns: a plain
+    FakeTensor of ``mode`` over ``base``'s storage and device, with a version
+    counter of its own at 0, nothing set at the fake level."""
+    return (
+        type(base) is ft.FakeTensor
+        and type(out) is ft.FakeTensor
+        and out is not base
+        and out.fake_mode is mode
+        and base.fake_mode is mode
+        and out.layout == torch.strided
+        and not out.requires_grad
+        and not out.is_conj()
+        and not out.is_neg()
+        and not out.is_inference()
+        and out._version == 0
+        and out.untyped_storage()._cdata == base.untyped_storage()._cdata
+        and out.fake_device == base.fake_device
+        and _plain_state(out)
+    )
+
+
 def _describe_unsafe_view(mode, func, args, kwargs, out):
     """An entry for ``_unsafe_view``, which stock caches as a view from 2.15 on and
     bypasses its cache for before ("unsafe view"), read off the output stock's
@@ -316,21 +338,7 @@ def _describe_unsafe_view(mode, func, args, kwargs, out):
     if func is not torch.ops.aten._unsafe_view.default or kwargs or len(args) != 2:
         return None
     base = args[0]
-    if type(base) is not ft.FakeTensor or type(out) is not ft.FakeTensor:
-        return None
-    if out.fake_mode is not mode or base.fake_mode is not mode:
-        return None
-    if (
-        out.layout != torch.strided
-        or out.requires_grad
-        or out.is_conj()
-        or out.is_neg()
-        or out.is_inference()
-        or out._version != 0
-        or out.untyped_storage()._cdata != base.untyped_storage()._cdata
-        or out.fake_device != base.fake_device
-        or not _plain_state(out)
-    ):
+    if not plain_alias(mode, out, base):
         return None
     shape, stride, offset = tuple(out.shape), out.stride(), out.storage_offset()
     if not all(type(v) is int for v in (*shape, *stride, offset)):

@@ -137,22 +137,7 @@ def learn(mode: Any, func: Any, args: tuple, kwargs: Any, out: Any, state: Any) 
     ):
         _counts["impure"] += 1
         return None
-    base = args[0]
-    if (
-        type(out) is not ft.FakeTensor
-        or type(base) is not ft.FakeTensor
-        or out is base
-        or out.fake_mode is not mode
-        or out.layout != torch.strided
-        or out.requires_grad
-        or out.is_conj()
-        or out.is_neg()
-        or out.is_inference()
-        or out._version != 0
-        or out.untyped_storage()._cdata != base.untyped_storage()._cdata
-        or out.fake_device != base.fake_device
-        or not _cache._plain_state(out)
-    ):
+    if not _cache.plain_alias(mode, out, args[0]):
         _counts["declined.output"] += 1
         return None
     found: set = set()

@@ -95,6 +95,17 @@ def _counts(fast: bool, program) -> tuple:
         fastfake.uninstall()
 
 
+def _run_program(times: int = 1):
+    """``_program`` ``times`` times in a new symbolic mode; returns the mode."""
+    mode = _mode()
+    x = _sym(mode, torch.randn(4, 6, 8))
+    w = _sym(mode, torch.randn(8, 8))
+    with mode:
+        for _ in range(times):
+            _program(x, w)
+    return mode
+
+
 def _program(x, w):
     for _ in range(3):
         h = torch.mm(x.view(-1, 8), w)
@@ -118,12 +129,7 @@ def test_under_crosscheck_no_mismatch():
     fastfake.install(crosscheck=True)
     try:
         fastfake.reset_stats()
-        mode = _mode()
-        x = _sym(mode, torch.randn(4, 6, 8))
-        w = _sym(mode, torch.randn(8, 8))
-        with mode:
-            _program(x, w)
-            _program(x, w)
+        _run_program(times=2)
         s = fastfake.stats()
         assert s["cache.symbolic.rerun.served"] >= 3 and s["crosscheck.mismatch"] == 0, s
     finally:
@@ -150,14 +156,10 @@ def test_not_under_proxy_tracing_and_graphs_identical():
 def test_entries_keep_nothing_alive_and_go_with_clear_and_switch():
     fastfake.install()
     try:
-        mode = _mode()
-        x = _sym(mode, torch.randn(4, 6, 8))
-        w = _sym(mode, torch.randn(8, 8))
-        with mode:
-            _program(x, w)
+        mode = _run_program(times=2)
         assert _C.rerun_size() >= 1
         env = weakref.ref(mode.shape_env)
-        del mode, x, w
+        del mode
         parity.clear_shape_env_lru_caches()  # (torch's own lru caches keep it until evicted)
         gc.collect()
         assert env() is None
@@ -173,11 +175,7 @@ def test_can_be_switched_off(monkeypatch):
     fastfake.install()
     try:
         fastfake.reset_stats()
-        mode = _mode()
-        x = _sym(mode, torch.randn(4, 6, 8))
-        w = _sym(mode, torch.randn(8, 8))
-        with mode:
-            _program(x, w)
+        _run_program(times=2)
         assert fastfake.stats()["cache.symbolic.rerun.served"] == 0
     finally:
         fastfake.uninstall()

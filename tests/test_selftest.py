@@ -386,6 +386,33 @@ def test_wrong_conversion_turns_convert_off():
     assert "requires_grad" in out and "stock kept: True" in out, out
 
 
+def _fault_turns_off_only(kind: str, feature: str, setter: str) -> str:
+    """Install in a fresh process with fault ``kind`` injected: the self-test must
+    turn ``feature`` off (warned, counted, its switch off) and keep the symbolic
+    cache on. Returns the report's output."""
+    r = _in_subprocess(
+        f"""
+        import warnings
+        import fastfake
+        fastfake._C._inject_fault(100, "{kind}")
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            fastfake.install()
+        r = fastfake.selftest_report()
+        print("passed:", r["passed"])
+        print("warned:", [str(x.message) for x in w])
+        print("counted:", fastfake.stats()["selftest.failed.{feature}"])
+        print("on:", fastfake._C.{setter}(False))
+        """
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = r.stdout
+    assert f"'{feature}': False" in out and "'cache_symbolic': True" in out, out
+    assert f"'{feature}', which stays off" in out, out
+    assert "counted: 1" in out and "on: False" in out, out
+    return out
+
+
 @pytest.mark.skipif(
     not (_compat.shape_env_counts_replacements() and _compat.portable_entries_known()),
     reason="no portable entries on this release",
@@ -394,26 +421,7 @@ def test_portable_hit_recipe_served_as_miss_is_caught():
     """A served first call in another ShapeEnv built as stock's *hit* builds it
     (the likeliest mix-up: its SymNode identities and storage-size expression are
     not those of stock's miss) turns cache_portable off and nothing else."""
-    r = _in_subprocess(
-        """
-        import warnings
-        import fastfake
-        fastfake._C._inject_fault(100, "portable")
-        with warnings.catch_warnings(record=True) as w:
-            warnings.simplefilter("always")
-            fastfake.install()
-        r = fastfake.selftest_report()
-        print("passed:", r["passed"])
-        print("warned:", [str(x.message) for x in w])
-        print("counted:", fastfake.stats()["selftest.failed.cache_portable"])
-        print("on:", fastfake._C.set_portable(False))
-        """
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = r.stdout
-    assert "'cache_portable': False" in out and "'cache_symbolic': True" in out, out
-    assert "'cache_portable', which stays off" in out, out
-    assert "counted: 1" in out and "on: False" in out, out
+    _fault_turns_off_only("portable", "cache_portable", "set_portable")
 
 
 @pytest.mark.skipif(
@@ -423,24 +431,5 @@ def test_portable_hit_recipe_served_as_miss_is_caught():
 def test_rerun_forgotten_input_memos_are_caught():
     """Served repeats of a call stock reruns that leave out what the kernel memoised
     on its input turn cache_rerun off and nothing else."""
-    r = _in_subprocess(
-        """
-        import warnings
-        import fastfake
-        fastfake._C._inject_fault(100, "rerun")
-        with warnings.catch_warnings(record=True) as w:
-            warnings.simplefilter("always")
-            fastfake.install()
-        r = fastfake.selftest_report()
-        print("passed:", r["passed"])
-        print("warned:", [str(x.message) for x in w])
-        print("counted:", fastfake.stats()["selftest.failed.cache_rerun"])
-        print("on:", fastfake._C.set_rerun(False))
-        """
-    )
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = r.stdout
-    assert "'cache_rerun': False" in out and "'cache_symbolic': True" in out, out
+    out = _fault_turns_off_only("rerun", "cache_rerun", "set_rerun")
     assert "'cache_portable': True" in out, out
-    assert "'cache_rerun', which stays off" in out, out
-    assert "counted: 1" in out and "on: False" in out, out
