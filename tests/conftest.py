@@ -14,17 +14,18 @@ import torch  # noqa: E402,F401  (fastfake._C needs libc10 loaded; see report)
 import fastfake  # noqa: E402
 
 
+def _no_faults() -> None:
+    for kind in ("dtype", "device", "convert", "portable", "rerun"):
+        fastfake._C._inject_fault(0, kind)
+
+
 @pytest.fixture(autouse=True)
 def _fastfake_clean_state():
     fastfake.uninstall()
     fastfake.reset_stats()
-    fastfake._C._inject_fault(0)
-    fastfake._C._inject_fault(0, "device")
-    fastfake._C._inject_fault(0, "convert")
+    _no_faults()
     yield
-    fastfake._C._inject_fault(0)
-    fastfake._C._inject_fault(0, "device")
-    fastfake._C._inject_fault(0, "convert")
+    _no_faults()
     fastfake.uninstall()
     fastfake.reset_stats()
     assert not fastfake.is_installed()
