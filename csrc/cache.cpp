@@ -238,6 +238,10 @@ PyObject* try_cache(
   if (ctx.symbolic && !symbolic_key(ctx)) {
     return bypass(ctx.why);
   }
+  if (ctx.symbolic && !touch_exprs(ctx)) {
+    PyErr_Clear(); // stock's own key computation raises it again
+    return bypass(CacheBypassSymOther);
+  }
 
   auto it = g_index.find(ctx.key);
   if (it != g_index.end() && ctx.symbolic && !it->second->second.negative &&

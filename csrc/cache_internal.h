@@ -153,6 +153,9 @@ bool proxy_tracing();
 bool global_key(PyObject* mode, PyObject* func, Key& key);
 bool symbolic_key(KeyCtx& ctx);
 long long replacements_version(PyObject* env);
+// What stock's key computation does to the ShapeEnv (reading every argument
+// SymNode's `expr`); false with a Python error set if that raised.
+bool touch_exprs(const KeyCtx& ctx);
 
 // ---- cache_learn.cpp ----
 bool learn_symval(const KeyCtx& ctx, const c10::SymInt& x, SymVal& out);

@@ -343,6 +343,35 @@ bool symbolic_key(KeyCtx& ctx) {
   return true;
 }
 
+// Stock's cache key reads `SymNode.expr` of every SymNode among the arguments
+// (`_CacheKeyState.convert_sym_int`, for the symbols it knows). That applies the
+// ShapeEnv's replacements and, on the way, path-compresses replacement chains
+// (`ShapeEnv._find`: `s98 -> s31 -> s16` becomes `s98 -> s16`, a replacement
+// change that also moves the ShapeEnv's version counters). A call answered here
+// leaves the ShapeEnv as stock's key computation does: each SymNode whose `expr`
+// memo is not current for the ShapeEnv's replacements is asked for it.
+bool touch_exprs(const KeyCtx& ctx) {
+  if (ctx.nodes.empty()) return true;
+  const long long ver = replacements_version(ctx.shape_env);
+  if (ver == 0) return true; // `expr` is `_expr` then, with no side effect
+  static PyObject* s_ver = PyUnicode_InternFromString("_expr_ver");
+  static PyObject* s_cache = PyUnicode_InternFromString("_expr_cache");
+  static PyObject* s_prop = PyUnicode_InternFromString("expr");
+  if (s_ver == nullptr || s_cache == nullptr || s_prop == nullptr) return false;
+  for (PyObject* node : ctx.nodes) {
+    PyObject* nver = instance_attr(node, s_ver);
+    PyObject* memo = instance_attr(node, s_cache);
+    if (ver > 0 && nver != nullptr && memo != nullptr && memo != Py_None &&
+        PyLong_CheckExact(nver) && PyLong_AsLongLong(nver) == ver) {
+      continue; // stock's read returns the memo
+    }
+    PyObject* e = PyObject_GetAttr(node, s_prop);
+    if (e == nullptr) return false;
+    Py_DECREF(e);
+  }
+  return true;
+}
+
 long long replacements_version(PyObject* env) {
   PyObject* v = instance_attr(env, g_py.s_replacements_version);
   if (v == nullptr) return -1;
