@@ -144,6 +144,21 @@ def _device(t: torch.Tensor) -> torch.device:
     return t.fake_device if isinstance(t, FakeTensor) else t.device
 
 
+def _clear_shape_env_method_caches() -> None:
+    """Stock's lru-cached ShapeEnv methods (``_maybe_evaluate_static`` and others)
+    are shared by every ShapeEnv of the process and cleared only when the calling
+    ShapeEnv's version counter differs from the last caller's. Interleaving two
+    worlds therefore gives each a cache history a single-world run would not have:
+    two *stock* worlds fed the same program disagree on which known guards get
+    added again. Each call starts from an empty cache, in both worlds alike."""
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    for v in vars(ShapeEnv).values():
+        clear = getattr(v, "cache_clear", None)
+        if clear is not None:
+            clear()
+
+
 @dataclass
 class World:
     """One side of the comparison: two modes (and their ShapeEnv when symbolic) and
@@ -201,6 +216,8 @@ class World:
         return t
 
     def call(self, mode_idx: int, fn: Callable[..., Any], args: tuple) -> tuple[bool, Any]:
+        if self.symbolic:
+            _clear_shape_env_method_caches()
         with self.active(), self.modes[mode_idx]:
             return _quiet(lambda: fn(*args))
 
