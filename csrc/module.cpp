@@ -3,6 +3,7 @@
 #include "fastfake.h"
 #include "portable.h"
 #include "rerun.h"
+#include "symnode_memo.h"
 
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -161,6 +162,32 @@ PYBIND11_MODULE(_C, m) {
     rerun_set_counts(served, declined_inputs);
   });
   m.def(
+      "setup_symnode_memo",
+      [](py::handle symnode, py::handle m2o, py::handle params, py::handle logging_dict,
+         py::tuple loggers) {
+        symnode_memo_setup(symnode.ptr(), m2o.ptr(), params.ptr(), logging_dict.ptr(), loggers.ptr());
+      },
+      "Bind what the SymNode memo reads on every call (fastfake._symnode).");
+  m.def(
+      "symnode_memo_hook",
+      [](py::handle method, py::handle stock) {
+        return steal_or_throw(symnode_memo_hook(method.ptr(), stock.ptr()));
+      },
+      "A method object for SymNode._<op> serving `method` from the memo, else calling stock.");
+  m.def(
+      "set_symnode_memo",
+      [](bool on) { return symnode_memo_set(on); },
+      py::arg("on"),
+      "Serve and learn SymNode binary ops; returns the previous setting (off keeps the entries).");
+  m.def("set_symnode_memo_check", [](py::handle check) { symnode_memo_set_check(check.ptr()); });
+  m.def("symnode_memo_size", []() { return symnode_memo_size(); });
+  m.def("symnode_memo_set_max", [](size_t n) { return symnode_memo_set_max(n); });
+  m.def("symnode_memo_clear", []() { symnode_memo_clear(); });
+  m.def("symnode_memo_counts", []() { return symnode_memo_counts(); });
+  m.def("symnode_memo_set_counts", [](const std::map<std::string, uint64_t>& c) {
+    symnode_memo_set_counts(c);
+  });
+  m.def(
       "set_portable",
       [](bool on) { return portable_set(on); },
       "Serve and record symbolic entries across ShapeEnvs; returns the previous setting.");
@@ -311,9 +338,12 @@ PYBIND11_MODULE(_C, m) {
           portable_inject_fault(n);
         } else if (kind == "rerun") {
           rerun_inject_fault(n);
+        } else if (kind == "symnode") {
+          symnode_memo_inject_fault(n);
         } else {
           throw py::value_error(
-              "_inject_fault: kind is 'dtype', 'device', 'convert', 'portable' or 'rerun'");
+              "_inject_fault: kind is 'dtype', 'device', 'convert', 'portable', 'rerun' or "
+              "'symnode'");
         }
       },
       py::arg("n"),
@@ -321,7 +351,8 @@ PYBIND11_MODULE(_C, m) {
       "Testing only: give the next n fast results a wrong dtype, or store a wrong "
       "device on the next n FakeTensors built, or leave requires_grad unset on the next "
       "n conversions, or serve the next n portable entries from stock's hit recipe, or "
-      "leave the inputs of the next n served rerun calls without the kernel's memoised values.");
+      "leave the inputs of the next n served rerun calls without the kernel's memoised values, "
+      "or give the next n SymNodes served from the memo the other optimized-summation flag.");
   m.def("get_config", []() {
     return py::make_tuple(
         g_config.elementwise,

@@ -161,6 +161,52 @@ def rerun_reset_counts() -> None: ...
 def rerun_set_counts(served: int, declined_inputs: int) -> None:
     """Put saved counts back (the self-test restores the user's counters)."""
 
+def setup_symnode_memo(
+    symnode: type,
+    method_to_operator: dict[str, Callable[..., Any]],
+    sympy_parameters: Any,
+    logging_internal: dict[str, Any],
+    loggers: tuple[Any, ...],
+) -> None:
+    """Bind what the SymNode memo reads on every call (csrc/symnode_memo.cpp,
+    ``fastfake._symnode``): the SymNode class (operands must be exactly it),
+    stock's ``METHOD_TO_OPERATOR`` (the hint is ``op(self.hint, other.hint)``),
+    sympy's ``global_parameters`` (evaluate / distribute must be on), the
+    ``torch._logging._internal`` module dict (``GET_DTRACE_STRUCTURED`` must be
+    false) and the loggers that must not be at DEBUG (``sym_node``, shape events)."""
+
+def symnode_memo_hook(method: str, stock: Callable[[Any, Any], Any]) -> Any:
+    """A method object (``instancemethod``) to install as ``SymNode._<method>``: a
+    repeat of ``stock(self, other)`` on the identical operand expressions (same
+    pytypes and optimized-summation flags) gets the earlier result's expression,
+    pytype and flag, its hint computed and its SymNode built by stock's own code;
+    anything else calls ``stock``."""
+
+def set_symnode_memo(on: bool) -> bool:
+    """Serve and learn (returns the previous setting). Off keeps the entries: they
+    are functions of their keys and never go stale; :func:`symnode_memo_clear`
+    empties the memo."""
+
+def set_symnode_memo_check(check: Callable[[str, Any, Any, Any, Any], bool] | None) -> None:
+    """crosscheck: ``check(method, served, stock, self, other)`` after every served
+    call (``fastfake._symnode.check`` raises :class:`fastfake.CrosscheckError`)."""
+
+def symnode_memo_size() -> int:
+    """Number of memo entries."""
+
+def symnode_memo_set_max(n: int) -> int:
+    """Set the bound (default 32,768 entries; the memo is emptied when a new entry
+    would pass it); returns the previous one. Tests shrink it."""
+
+def symnode_memo_clear() -> None: ...
+
+def symnode_memo_counts() -> dict[str, int]:
+    """``hit``, ``learned``, ``full`` and ``stock.<reason>`` (``proxy_tracing``,
+    ``state``, ``hint``, ``type``, ``error``)."""
+
+def symnode_memo_set_counts(counts: dict[str, int]) -> None:
+    """Put saved counts back (missing names are zero)."""
+
 def setup_detach(stock: Any) -> None:
     """Bind stock's ``fast_detach`` (called for every case :func:`fast_detach` does
     not serve)."""
@@ -244,7 +290,8 @@ def _inject_fault(n: int, kind: str = "dtype") -> None:
     next ``n`` calls served from another ShapeEnv's entry are rebuilt from stock's
     hit recipe instead of its miss recipe; ``kind="rerun"``: the next ``n`` served
     repeats of a call stock never caches leave their inputs without the values the
-    kernel memoised on them."""
+    kernel memoised on them; ``kind="symnode"``: the next ``n`` SymNodes served from
+    the SymNode memo get the other optimized-summation flag."""
 
 def register_elementwise(
     op: Any, name: str, inplace: bool, args: list[tuple[str, int, bool, bool, Any]]

@@ -255,3 +255,44 @@ def stock_reruns_unsafe_view() -> bool:
     except (OSError, TypeError, AttributeError):
         return False
     return '"unsafe view"' in src and "_unsafe_view" in src
+
+
+#: Digest of stock's SymNode ``binary_magic_impl`` (with its ``capture_provenance``
+#: wrapper) -> the releases the SymNode memo was proven on with that source.
+#: 2.15's differs: it memoises the same operations itself (``ShapeEnv._symop_cache``).
+SYMNODE_BINARY_SOURCES = {
+    "616fb7df75a58231": "2.13.0, 2.14.1",
+    "34f285c030f48a50": "2.9.0",
+}
+
+
+def _normalised_source(fn: object) -> str:
+    lines = inspect.getsource(fn).splitlines()  # type: ignore[arg-type]
+    return "\n".join(line.strip() for line in lines if line.strip())
+
+
+@functools.cache
+def symnode_binary_source_digest() -> str | None:
+    """Digest of the one implementation behind every SymNode binary op (None if it
+    cannot be read or the ops do not share one)."""
+    import hashlib
+
+    from ._symnode import binary_methods
+
+    try:
+        methods = binary_methods()
+        codes = {fn.__wrapped__.__code__ for _, _, fn in methods}  # type: ignore[attr-defined]
+        if not methods or len(codes) != 1:
+            return None
+        fn = methods[0][2]
+        text = _normalised_source(fn.__wrapped__) + "\n--\n" + _normalised_source(fn)  # type: ignore[attr-defined]
+    except (OSError, TypeError, AttributeError):
+        return None
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def symnode_binary_ops_proven() -> bool:
+    """Stock's SymNode binary ops are source-identical to those of a release the
+    SymNode memo was proven on (fastfake/_symnode.py). Anything else (a new release,
+    a patched torch) leaves them to stock."""
+    return symnode_binary_source_digest() in SYMNODE_BINARY_SOURCES

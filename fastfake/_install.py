@@ -10,7 +10,18 @@ from dataclasses import dataclass
 
 import torch
 
-from . import _C, _compat, _convert, _detach, _functional, _portable, _rerun, _selftest, _stock_cache
+from . import (
+    _C,
+    _compat,
+    _convert,
+    _detach,
+    _functional,
+    _portable,
+    _rerun,
+    _selftest,
+    _stock_cache,
+    _symnode,
+)
 from ._compat import SUPPORTED_TORCH_VERSIONS
 
 log = logging.getLogger("fastfake")
@@ -141,6 +152,7 @@ def _setup() -> None:
     _C.setup_symbolic(SymNode, torch.SymInt, sym_vid, still_valid, capture_begin)
     _portable.setup(_C)
     _rerun.setup(_C)
+    _symnode.setup(_C)
     from ._real_inputs import policy
 
     _C.setup_real_inputs(torch.Tensor, torch.nn.Parameter, ft.fake_tensor_tls, policy)
@@ -243,6 +255,10 @@ def install(
         if (opts.elementwise or opts.cache) and _convert_allowed(_State.selftest, ft)
         else None
     )
+    _patch_symnode(
+        (opts.elementwise or opts.cache) and _symnode_memo_allowed(_State.selftest),
+        crosscheck=opts.crosscheck,
+    )
     _State.options = opts
     _State.requested = requested
 
@@ -275,6 +291,21 @@ def _rerun_allowed(report) -> bool:
 
 def _functional_memo_allowed(report) -> bool:
     return not _env_flag("FASTFAKE_NO_FUNCTIONAL_MEMO") and report.passed.get("functional_storage", False)
+
+
+def _symnode_memo_allowed(report) -> bool:
+    return not _env_flag("FASTFAKE_NO_SYMNODE_MEMO") and report.passed.get("symnode_memo", False)
+
+
+def _patch_symnode(on: bool, crosscheck: bool = False) -> None:
+    """SymNode's binary op methods, patched with the memo's hooks (fastfake/_symnode.py)
+    and restored like the other attributes."""
+    from torch.fx.experimental.sym_node import SymNode
+
+    for attr, hook in _symnode.hooks().items():
+        _patch(SymNode, attr, hook if on else None)
+    _C.set_symnode_memo_check(_symnode.check if on and crosscheck else None)
+    _C.set_symnode_memo(on and bool(_symnode.hooks()))
 
 
 def _patch_fast_detach(replacement: object | None) -> None:
@@ -366,9 +397,12 @@ def _run_selftest(ft) -> _selftest.Report:
             _patch_fast_detach(_detach.replacement())
         if feature == "convert":
             _patch_convert(_convert.replacement())
+        if feature == "symnode_memo":
+            _patch_symnode(True)
         try:
             yield
         finally:
+            _patch_symnode(False)
             _patch_convert(None)
             _patch_fast_detach(None)
             _functional.uninstall()
@@ -386,6 +420,8 @@ def _run_selftest(ft) -> _selftest.Report:
             features.append("cache_portable")
         if _compat.stock_reruns_unsafe_view():
             features.append("cache_rerun")
+    if _symnode.available():
+        features.append("symnode_memo")
     report = _selftest.run(only, _original(ft.FakeTensor, "device"), features)
     for feature, why in report.failures.items():
         warnings.warn(
@@ -440,6 +476,8 @@ def _configure_off() -> None:
     _C.set_convert(False)
     _C.set_portable(False)
     _C.set_rerun(False)
+    _C.set_symnode_memo(False)
+    _C.set_symnode_memo_check(None)
 
 
 def uninstall() -> None:
@@ -498,4 +536,5 @@ def cache_clear() -> None:
     ``FakeTensorMode.cache_clear()`` clears both), and the FunctionalTensor
     storage sizes memoised per ShapeEnv."""
     _C.cache_clear()
+    _C.symnode_memo_clear()
     _functional.clear()

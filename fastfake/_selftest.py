@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import optree
 import torch
 
-from . import _C, _compat, _functional, _portable, _rerun
+from . import _C, _compat, _functional, _portable, _rerun, _symnode
 
 #: fastfake features and the counters that show each one served a result.
 FEATURES = {
@@ -45,6 +45,7 @@ FEATURES = {
     "functional_storage": ("functional.storage.hit", "functional.storage.replayed"),
     "detach": ("detach.fast",),
     "convert": ("convert.fast",),
+    "symnode_memo": ("symnode.memo.hit",),
 }
 
 
@@ -179,6 +180,33 @@ def _rerun_program(mode, dev: str) -> list:
         out.append(("output memo", (), _C.synth_recipe(y, True)))
         z = torch.ops.aten._unsafe_view.default(y, [x.shape[1], x.shape[0]])
         out.append(("_unsafe_view back", (y,), z))
+    return out
+
+
+def _symnode_program(mode, dev: str) -> list:
+    """SymInt arithmetic on a symbolic tensor's sizes, every operation twice (the
+    repeat is served from the SymNode memo): products, optimized summations,
+    differences, divisions, relations (SymBools left unevaluated), max, and / or,
+    powers, and the tensor queries that compute numel and contiguity."""
+    x = _symbolic_input(mode, dev, 6, 8, 4)
+    a, b, c = x.shape
+    out = []
+    for _ in range(2):
+        out.append(("mul", (x,), a * b))
+        out.append(("mul by a constant", (x,), a * 4))
+        out.append(("add", (x,), a + b))
+        out.append(("add a summation", (x,), (a + b) + c))
+        out.append(("sub", (x,), a - c))
+        out.append(("floordiv", (x,), (a * b) // c))
+        out.append(("truediv", (x,), a / b))
+        out.append(("eq", (x,), a == b))
+        out.append(("lt", (x,), a < b * c))
+        out.append(("ne", (x,), a != 6))
+        out.append(("sym_max", (x,), torch.sym_max(a, b)))
+        out.append(("and", (x,), (a < b) & (b < c)))
+        out.append(("pow", (x,), a**2))
+        out.append(("numel", (x,), x.numel()))
+        out.append(("view", (x,), x.view(a * b, c)))
     return out
 
 
@@ -324,6 +352,7 @@ def _groups() -> list[tuple[str, Program, bool, tuple[str, ...]]]:
         ("functional_storage", _functional_program, True, ("cpu",)),
         ("detach", _detach_program, True, ("cpu", *accel)),
         ("convert", _convert_program, False, ("cpu",)),
+        ("symnode_memo", _symnode_program, True, ("cpu",)),
     ]
 
 
@@ -338,11 +367,11 @@ class _Describer:
         self.stock_device = stock_device
 
     def _int_like(self, v, nodes: dict[int, int]):
-        if isinstance(v, torch.SymInt):
+        if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
             k = nodes.get(id(v.node))
             if k is not None:
                 return ("input SymNode", k)
-            return ("new SymNode", str(v.node._expr), v.node._hint)
+            return ("new SymNode", *_symnode.describe(v.node))
         return v
 
     def _tensor(self, t: torch.Tensor, inputs: tuple, nodes: dict[int, int]) -> dict:
@@ -386,7 +415,11 @@ class _Describer:
         return {
             "structure": str(spec),
             "outputs": [
-                self._tensor(v, inputs, nodes) if isinstance(v, torch.Tensor) else repr(v)
+                self._tensor(v, inputs, nodes)
+                if isinstance(v, torch.Tensor)
+                else self._int_like(v, nodes)
+                if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool))
+                else repr(v)
                 for v in leaves
             ],
         }
@@ -491,6 +524,7 @@ def run(
     functional_before = _functional.counters()
     portable_before = dict(_portable._counts)
     rerun_before = _rerun.saved_counters()
+    symnode_before = _symnode.saved_counters()
     device_ok = True
     device_msg = ""
     device_served = 0
@@ -509,6 +543,7 @@ def run(
                     _functional.reset_counters()
                     _portable.reset_counters()
                     _rerun.reset_counters()
+                    _symnode.reset_counters()
                     tls = _dispatch_tls()
                     with torch._C._PreserveDispatchKeyGuard():
                         with fast(feature):
@@ -520,6 +555,7 @@ def run(
                     counts.update(_functional.counters())
                     counts.update(_portable.counters())
                     counts.update(_rerun.counters())
+                    counts.update(_symnode.counters())
                     served += _served(counts, feature)
                     device_served += _served(counts, "device")
                     diff = _first_difference(stock, got)
@@ -544,6 +580,8 @@ def run(
         _portable._counts.clear()
         _portable._counts.update(portable_before)
         _rerun.restore_counters(rerun_before)
+        _C.symnode_memo_clear()
+        _symnode.restore_counters(symnode_before)
     report.passed["device"] = device_ok
     report.served["device"] = device_served
     if not device_ok:

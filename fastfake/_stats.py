@@ -1,7 +1,7 @@
 """Counters: fastfake.stats() / fastfake.reset_stats()."""
 from __future__ import annotations
 
-from . import _C, _functional, _portable, _rerun
+from . import _C, _functional, _portable, _rerun, _symnode
 
 
 def stats() -> dict[str, int]:
@@ -14,12 +14,14 @@ def stats() -> dict[str, int]:
     stock, and ``elementwise.fallback.<reason>`` calls that went to stock and why.
     After the first ``install()``, ``selftest.failed.<feature>`` is 1 for a feature
     the install-time self-test turned off and ``selftest.idle.<feature>`` 1 for one
-    that passed without serving any of its programs itself.
+    that passed without serving any of its programs itself. ``symnode.memo.*``
+    count the SymNode binary ops served from the memo (fastfake/_symnode.py).
     """
     out = {name: int(value) for name, value in _C.counters()}
     out.update(_functional.counters())
     out.update(_portable.counters())
     out.update(_rerun.counters())
+    out.update(_symnode.counters())
     from ._install import _State
 
     report = _State.selftest
@@ -36,6 +38,7 @@ def reset_stats() -> None:
     _functional.reset_counters()
     _portable.reset_counters()
     _rerun.reset_counters()
+    _symnode.reset_counters()
 
 
 def elementwise_report() -> dict[str, dict]:

@@ -15,7 +15,7 @@ import fastfake  # noqa: E402
 
 
 def _no_faults() -> None:
-    for kind in ("dtype", "device", "convert", "portable", "rerun"):
+    for kind in ("dtype", "device", "convert", "portable", "rerun", "symnode"):
         fastfake._C._inject_fault(0, kind)
 
 

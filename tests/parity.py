@@ -70,7 +70,7 @@ __all__ = [
 
 
 def _norm_num(x: Any) -> Any:
-    """ints as ints, SymInt/SymFloat/SymBool as ('sym', type, str(expr))."""
+    """ints as ints, SymInt/SymFloat/SymBool as ('sym', type, str(expr), hint, ...)."""
     if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
         node = x.node
         expr = getattr(node, "expr", None)
@@ -78,7 +78,17 @@ def _norm_num(x: Any) -> Any:
             return ("sym", type(x).__name__, str(node))
         if expr is None:  # pragma: no cover - constant sym node
             return ("sym", type(x).__name__, repr(x))
-        return ("sym", type(x).__name__, str(expr))
+        # the fields a SymNode built by fastfake (cache rebuild, SymNode memo) must
+        # share with stock's: hint (type and value), pytype, optimized-summation flag
+        return (
+            "sym",
+            type(x).__name__,
+            str(expr),
+            repr(getattr(node, "_hint", None)),
+            type(getattr(node, "_hint", None)).__name__,
+            getattr(getattr(node, "pytype", None), "__name__", None),
+            getattr(node, "_optimized_summation", None),
+        )
     return x
 
 

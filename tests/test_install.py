@@ -22,7 +22,13 @@ def _tname(obj: object) -> str:
 
 
 def _snapshot() -> dict[type, dict[str, object]]:
-    return {FakeTensorMode: dict(vars(FakeTensorMode)), FakeTensor: dict(vars(FakeTensor))}
+    from torch.fx.experimental.sym_node import SymNode
+
+    return {
+        FakeTensorMode: dict(vars(FakeTensorMode)),
+        FakeTensor: dict(vars(FakeTensor)),
+        SymNode: dict(vars(SymNode)),
+    }
 
 
 def _is_counter(v: object) -> bool:
@@ -32,7 +38,7 @@ def _is_counter(v: object) -> bool:
 
 
 def _assert_identical(before: dict, after: dict, *, ignore: tuple[str, ...] = ()) -> None:
-    for cls in (FakeTensorMode, FakeTensor):
+    for cls in before:
         b, a = before[cls], after[cls]
         assert set(a) == set(b), f"{cls.__name__}: attribute set changed: {set(a) ^ set(b)}"
         changed = [
@@ -101,8 +107,13 @@ def test_install_touches_only_the_patched_attributes(stock):
     before = _snapshot()
     fastfake.install()
     during = _snapshot()
+    from fastfake import _symnode
+    from torch.fx.experimental.sym_node import SymNode
+
+    hooked = tuple(_symnode.hooks())  # the SymNode memo's binary ops (fastfake/_symnode.py)
     patched = ("__torch_dispatch__", "device", "_output_from_cache_entry", "cache_info", "cache_clear")
-    _assert_identical(before, during, ignore=patched)
+    _assert_identical(before, during, ignore=patched + hooked)
+    assert all(during[SymNode][k] is not before[SymNode][k] for k in hooked)
     # stock's cache statistics and clearing, wrapped (fastfake/_stock_cache.py)
     for name in ("cache_info", "cache_clear"):
         assert isinstance(during[FakeTensorMode][name], classmethod)

@@ -14,7 +14,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import fastfake
-from fastfake import _compat
+from fastfake import _compat, _symnode
 
 
 def _in_subprocess(code: str) -> subprocess.CompletedProcess:
@@ -43,6 +43,8 @@ def test_passes_here_and_every_feature_served():
             expected.add("cache_portable")
         if _compat.stock_reruns_unsafe_view():
             expected.add("cache_rerun")
+    if _symnode.available():
+        expected.add("symnode_memo")
     assert set(report["passed"]) == expected
     assert all(report["passed"].values())
     # Each feature served results itself, so the comparison proved something.
@@ -70,6 +72,7 @@ def test_leaves_no_state_behind():
         assert fastfake.selftest_report()["failures"] == {}
         assert before == after, (len(before[0]), len(after[0]), before[1:], after[1:])
         assert fastfake._C.cache_size() == 0
+        assert fastfake._C.symnode_memo_size() == 0
         assert not any(v for v in fastfake.stats().values()), fastfake.stats()
         report = fastfake.elementwise_report()
         assert not any(r["admitted"] or r["rejected"] for r in report.values())
@@ -400,7 +403,8 @@ def _fault_turns_off_only(kind: str, feature: str, setter: str) -> str:
             fastfake.install()
         r = fastfake.selftest_report()
         print("passed:", r["passed"])
-        print("warned:", [str(x.message) for x in w])
+        for x in w:
+            print("warned:", x.message)
         print("counted:", fastfake.stats()["selftest.failed.{feature}"])
         print("on:", fastfake._C.{setter}(False))
         """
@@ -433,3 +437,11 @@ def test_rerun_forgotten_input_memos_are_caught():
     on its input turn cache_rerun off and nothing else."""
     out = _fault_turns_off_only("rerun", "cache_rerun", "set_rerun")
     assert "'cache_portable': True" in out, out
+
+
+@pytest.mark.skipif(not _symnode.available(), reason="no SymNode memo on this release")
+def test_symnode_memo_wrong_flag_is_caught():
+    """SymNodes served from the memo with the other optimized-summation flag turn
+    symnode_memo off and nothing else."""
+    out = _fault_turns_off_only("symnode", "symnode_memo", "set_symnode_memo")
+    assert "'cache_rerun': True" in out or not _compat.stock_reruns_unsafe_view(), out
