@@ -247,6 +247,23 @@ PyObject* raw_hint(const Method& m, PyObject* ha, PyObject* hb) {
   return h;
 }
 
+// An owned reference, released at scope exit.
+struct Ref {
+  PyObject* p = nullptr;
+  Ref() = default;
+  explicit Ref(PyObject* o, bool borrowed) : p(o) {
+    if (borrowed) Py_XINCREF(p);
+  }
+  Ref(const Ref&) = delete;
+  Ref& operator=(const Ref&) = delete;
+  ~Ref() {
+    Py_XDECREF(p);
+  }
+  PyObject* get() const {
+    return p;
+  }
+};
+
 PyObject* memo_call(PyObject* capsule, PyObject* const* args, Py_ssize_t nargs) {
   const size_t idx = PyLong_AsSize_t(capsule);
   if (idx >= g_methods.size()) {
@@ -266,92 +283,85 @@ PyObject* memo_call(PyObject* capsule, PyObject* const* args, Py_ssize_t nargs) 
     ++g_counts[kStockProxy];
     return call_stock(m, args, nargs);
   }
-  PyObject* env = instance_attr(self, s.shape_env);
-  if (env == nullptr || env == Py_None || !quiet_state(env)) {
+  // Everything read from the operands is held: Python code runs below (the hint,
+  // the expr property, SymNode's constructor).
+  const Ref env(instance_attr(self, s.shape_env), true);
+  if (env.get() == nullptr || env.get() == Py_None || !quiet_state(env.get())) {
     ++g_counts[kStockState];
     return call_stock(m, args, nargs);
   }
-  PyObject* ha = instance_attr(self, s.hint);
-  PyObject* hb = instance_attr(other, s.hint);
-  PyObject* ta = instance_attr(self, s.pytype);
-  PyObject* tb = instance_attr(other, s.pytype);
-  PyObject* oa = instance_attr(self, s.osum);
+  const Ref ha(instance_attr(self, s.hint), true);
+  const Ref hb(instance_attr(other, s.hint), true);
+  const Ref ta(instance_attr(self, s.pytype), true);
+  const Ref tb(instance_attr(other, s.pytype), true);
+  PyObject* oa = instance_attr(self, s.osum); // compared with Py_True / Py_False only
   PyObject* ob = instance_attr(other, s.osum);
-  if (!plain_hint(ha) || !plain_hint(hb) || ta == nullptr || tb == nullptr ||
-      !PyBool_Check(oa == nullptr ? Py_None : oa) || !PyBool_Check(ob == nullptr ? Py_None : ob)) {
+  if (!plain_hint(ha.get()) || !plain_hint(hb.get()) || ta.get() == nullptr ||
+      tb.get() == nullptr || oa == nullptr || ob == nullptr || !PyBool_Check(oa) ||
+      !PyBool_Check(ob)) {
     ++g_counts[kStockHint];
     return call_stock(m, args, nargs);
   }
+  const bool osum_a = oa == Py_True;
+  const bool osum_b = ob == Py_True;
   // Stock computes the hint before reading any expr: a hint that raises (say a
   // division by zero) must reach stock with the exprs unread.
-  PyObject* probe = raw_hint(m, ha, hb);
-  if (probe == nullptr) {
+  Ref probe(raw_hint(m, ha.get(), hb.get()), false);
+  if (probe.get() == nullptr) {
     ++g_counts[kStockError];
     return call_stock(m, args, nargs);
   }
-  PyObject* ea = PyObject_GetAttr(self, s.expr);
-  if (ea == nullptr) {
-    Py_DECREF(probe);
-    return nullptr;
-  }
-  PyObject* eb = PyObject_GetAttr(other, s.expr);
-  if (eb == nullptr) {
-    Py_DECREF(probe);
-    Py_DECREF(ea);
-    return nullptr;
-  }
-  const Key key{idx, ea, eb, ta, tb, oa == Py_True, ob == Py_True};
+  const Ref ea(PyObject_GetAttr(self, s.expr), false);
+  if (ea.get() == nullptr) return nullptr;
+  const Ref eb(PyObject_GetAttr(other, s.expr), false);
+  if (eb.get() == nullptr) return nullptr;
+  const Key key{idx, ea.get(), eb.get(), ta.get(), tb.get(), osum_a, osum_b};
   auto it = g_memo.find(key);
   if (it == g_memo.end()) {
-    Py_DECREF(probe);
     PyObject* r = call_stock(m, args, nargs);
     if (r != nullptr && reinterpret_cast<PyObject*>(Py_TYPE(r)) == g_symnode &&
-        instance_attr(r, s.shape_env) == env) {
+        instance_attr(r, s.shape_env) == env.get()) {
       PyObject* out = instance_attr(r, s.expr_attr);
       PyObject* pytype = instance_attr(r, s.pytype);
       PyObject* osum = instance_attr(r, s.osum);
       if (out != nullptr && pytype != nullptr && osum != nullptr && PyBool_Check(osum)) {
+        Py_INCREF(out);
+        Py_INCREF(pytype);
+        const Entry entry{out, pytype, osum == Py_True};
         if (g_memo.size() >= g_max_entries) {
           clear_all();
           ++g_counts[kFull];
         }
-        Py_INCREF(ea);
-        Py_INCREF(eb);
-        Py_INCREF(ta);
-        Py_INCREF(tb);
-        Py_INCREF(out);
-        Py_INCREF(pytype);
-        g_memo.emplace(key, Entry{out, pytype, osum == Py_True});
+        for (PyObject* o : {key.a, key.b, key.ta, key.tb}) Py_INCREF(o);
+        g_memo.emplace(key, entry);
         ++g_counts[kLearned];
       }
     }
-    Py_DECREF(ea);
-    Py_DECREF(eb);
     return r;
   }
-  Py_DECREF(ea);
-  Py_DECREF(eb);
+  // The entry's objects are held too: building the SymNode runs Python code.
+  const Ref out(it->second.out, true);
+  const Ref pytype(it->second.pytype, true);
+  bool osum = it->second.osum;
   // The probe is op(hints) before the pytype conversion; convert it as stock does.
-  const Entry& e = it->second;
-  PyObject* hint = probe;
-  if (e.pytype != Py_None && probe != Py_None &&
-      reinterpret_cast<PyObject*>(Py_TYPE(probe)) != e.pytype) {
-    hint = plain_hint(probe) ? PyObject_CallOneArg(e.pytype, probe) : nullptr;
-    Py_DECREF(probe);
-    if (hint == nullptr) {
+  if (pytype.get() != Py_None && probe.get() != Py_None &&
+      reinterpret_cast<PyObject*>(Py_TYPE(probe.get())) != pytype.get()) {
+    PyObject* converted =
+        plain_hint(probe.get()) ? PyObject_CallOneArg(pytype.get(), probe.get()) : nullptr;
+    if (converted == nullptr) {
       PyErr_Clear();
       ++g_counts[kStockError];
       return call_stock(m, args, nargs);
     }
+    Py_SETREF(probe.p, converted);
   }
-  bool osum = e.osum;
   if (g_fault > 0) {
     --g_fault;
     osum = !osum;
   }
-  PyObject* call_args[] = {e.out, env, e.pytype, hint, Py_None, osum ? Py_True : Py_False};
+  PyObject* call_args[] = {
+      out.get(), env.get(), pytype.get(), probe.get(), Py_None, osum ? Py_True : Py_False};
   PyObject* r = PyObject_Vectorcall(g_symnode, call_args, 4, s.kwnames);
-  Py_DECREF(hint);
   if (r == nullptr) return nullptr;
   ++g_counts[kHit];
   if (g_check != nullptr) {
