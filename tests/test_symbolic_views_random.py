@@ -145,3 +145,80 @@ def test_two_stock_worlds_agree():
     twin = Twin(True)
     twin.fast = World(False, True, False)
     view_steps(twin, random.Random(78), 500)
+
+
+# ---------------------------------------------------------------------------
+# 4-D (convnet) programs: stock's cache key asks suggest_memory_format of every
+# tensor argument, which for a 4-D symbolic tensor compares strides (and may add
+# guards) -- here on NCHW and channels-last tensors, convolutions, pooling,
+# batch norm and permutes, with the same side-by-side comparison.
+# ---------------------------------------------------------------------------
+
+F = torch.nn.functional
+
+STEPS_4D = {
+    "conv": (lambda t, w: F.conv2d(t, w, padding=1), 2),
+    "relu": (lambda t: F.relu(t), 1),
+    "add": (lambda t: t + t, 1),
+    "channels_last": (lambda t: t.contiguous(memory_format=torch.channels_last), 1),
+    "nchw": (lambda t: t.contiguous(), 1),
+    "max_pool": (lambda t: F.max_pool2d(t, 2), 1),
+    "avg_pool": (lambda t: F.adaptive_avg_pool2d(t, 1), 1),
+    "batch_norm": (lambda t, w: F.batch_norm(t, w[:, 0, 0, 0], w[:, 0, 0, 1], training=False), 2),
+    "permute": (lambda t: t.permute(0, 2, 3, 1), 1),
+    "flatten": (lambda t: t.reshape(t.shape[0], -1), 1),
+    "memory_format_query": (
+        lambda t: (t.is_contiguous(memory_format=torch.channels_last), _memo(t)),
+        1,
+    ),
+}
+
+SHAPES_4D = [(2, 8, 6, 6), (4, 8, 8, 8), (2, 8, 6, 6)]
+
+
+def conv_steps(twin: Twin, rng: random.Random, n: int) -> None:
+    live: list[int] = []
+    weights: list[int] = []
+    recent: list[tuple] = []
+    for _ in range(n):
+        if recent and rng.random() < 0.25:
+            name, fn, handles = rng.choice(recent)
+            live.extend(twin.step(0, name, fn, handles))
+            continue
+        r = rng.random()
+        if r < 0.08 or not live:
+            h = twin.new(0, rng.choice(SHAPES_4D), None, torch.float32, "cpu", False)
+            if h is not None:
+                live.append(h)
+            continue
+        if r < 0.11 or not weights:
+            w = twin.new(0, (8, 8, 3, 3), None, torch.float32, "cpu", False)
+            if w is not None:
+                weights.append(w)
+            continue
+        if r < 0.115:
+            twin.clear_caches()
+            continue
+        name = rng.choice(list(STEPS_4D))
+        fn, arity = STEPS_4D[name]
+        a = rng.choice(live)
+        t = twin.stock.pool[a]
+        if t.dim() != 4 or _hint(t.shape[1]) != 8:
+            continue  # (by the hint: comparing the SymInt would guard in one world only)
+        if name == "max_pool" and (_hint(t.shape[2]) < 2 or _hint(t.shape[3]) < 2):
+            continue
+        handles = [a] if arity == 1 else [a, rng.choice(weights)]
+        recent = [*recent[-9:], (name, fn, handles)]
+        live.extend(twin.step(0, name, fn, handles))
+        if len(live) > 30:
+            del live[: len(live) - 30]
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_long_random_convnet_sequences(seed):
+    fastfake.cache_clear()
+    fastfake.reset_stats()
+    twin = Twin(True)
+    conv_steps(twin, random.Random(90 + seed), 300)
+    s = fastfake.stats()
+    assert s["cache.symbolic.hit"] > 30, parity.counters_with_prefix(s, "cache.symbolic")
