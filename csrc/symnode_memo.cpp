@@ -270,7 +270,7 @@ PyObject* memo_call(PyObject* capsule, PyObject* const* args, Py_ssize_t nargs) 
     PyErr_SetString(PyExc_RuntimeError, "fastfake: unknown SymNode memo method");
     return nullptr;
   }
-  const Method& m = g_methods[idx];
+  const Method m = g_methods[idx]; // a copy: the table may grow while Python code runs
   if (!g_on || nargs != 2) return call_stock(m, args, nargs);
   PyObject* self = args[0];
   PyObject* other = args[1];
