@@ -123,20 +123,31 @@ def view_steps(twin: Twin, rng: random.Random, n: int, repeat: float = 0.0) -> N
             continue
         if name == "mm_then_view" and _hint(twin.stock.pool[a].shape[-1]) != 8:
             continue  # (by the hint: comparing the SymInt would guard in one world only)
-        recent = [*recent[-9:], (name, fn, handles)]
-        live.extend(twin.step(0, name, fn, handles))
-        if len(live) > 30:
-            del live[: len(live) - 30]
+        recent = _run(twin, live, recent, name, fn, handles)
+
+
+def _run(twin: Twin, live: list[int], recent: list[tuple], name: str, fn, handles: list[int]) -> list[tuple]:
+    """One step on both worlds; its outputs join the live values (the last 30), the
+    call joins the recent ones a repeat may redo (the last 10), which are returned."""
+    live.extend(twin.step(0, name, fn, handles))
+    if len(live) > 30:
+        del live[: len(live) - 30]
+    return [*recent[-9:], (name, fn, handles)]
+
+
+def _program(steps, seed: int, n: int) -> None:
+    """``steps(twin, rng, n)`` from empty caches; the symbolic cache must have served."""
+    fastfake.cache_clear()
+    fastfake.reset_stats()
+    twin = Twin(True)
+    steps(twin, random.Random(seed), n)
+    s = fastfake.stats()
+    assert s["cache.symbolic.hit"] > 30, parity.counters_with_prefix(s, "cache.symbolic")
 
 
 @pytest.mark.parametrize("seed", range(3))
 def test_long_random_view_sequences(seed):
-    fastfake.cache_clear()
-    fastfake.reset_stats()
-    twin = Twin(True)
-    view_steps(twin, random.Random(77 + seed), 500)
-    s = fastfake.stats()
-    assert s["cache.symbolic.hit"] > 30, parity.counters_with_prefix(s, "cache.symbolic")
+    _program(view_steps, 77 + seed, 500)
 
 
 def test_two_stock_worlds_agree():
@@ -208,17 +219,9 @@ def conv_steps(twin: Twin, rng: random.Random, n: int) -> None:
         if name == "max_pool" and (_hint(t.shape[2]) < 2 or _hint(t.shape[3]) < 2):
             continue
         handles = [a] if arity == 1 else [a, rng.choice(weights)]
-        recent = [*recent[-9:], (name, fn, handles)]
-        live.extend(twin.step(0, name, fn, handles))
-        if len(live) > 30:
-            del live[: len(live) - 30]
+        recent = _run(twin, live, recent, name, fn, handles)
 
 
 @pytest.mark.parametrize("seed", range(2))
 def test_long_random_convnet_sequences(seed):
-    fastfake.cache_clear()
-    fastfake.reset_stats()
-    twin = Twin(True)
-    conv_steps(twin, random.Random(90 + seed), 300)
-    s = fastfake.stats()
-    assert s["cache.symbolic.hit"] > 30, parity.counters_with_prefix(s, "cache.symbolic")
+    _program(conv_steps, 90 + seed, 300)
