@@ -296,3 +296,52 @@ def symnode_binary_ops_proven() -> bool:
     SymNode memo was proven on (fastfake/_symnode.py). Anything else (a new release,
     a patched torch) leaves them to stock."""
     return symnode_binary_source_digest() in SYMNODE_BINARY_SOURCES
+
+
+#: Digest of the stock functions ``fastfake._fake_prop.run_node`` stands for
+#: (``FakeTensorProp.run_node``, the ``Interpreter`` methods it reaches, the
+#: unbacked-binding helpers, ``snapshot_fake``) -> the releases it was proven on.
+FAKE_PROP_SOURCES: dict[str, str] = {
+    "a0ca3c027297a3bb": "2.9.0",
+    "5ccf86aba2f420b6": "2.13.0",
+    "ddae4def2de1c4bc": "2.14.1, 2.15.0",
+}
+
+
+@functools.cache
+def fake_prop_source_digest() -> str | None:
+    """Digest of what ``fastfake._fake_prop.run_node`` replaces (None if a source
+    cannot be read)."""
+    import hashlib
+
+    from ._fake_prop import stock_sources
+
+    try:
+        text = "\n--\n".join(_normalised_source(fn) for fn in stock_sources())
+    except (OSError, TypeError, AttributeError, ImportError):
+        return None
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _fake_prop_run_node_source() -> str:
+    from . import _fake_prop
+
+    return _normalised_source(_fake_prop.stock_sources()[0])
+
+
+def fake_prop_keeps_python_scalars() -> bool:
+    """Whether stock's ``FakeTensorProp`` records int / float / bool results in
+    ``meta["val"]`` (2.13 and later; 2.9 records only SymInts and fake tensors)."""
+    return "(*py_sym_types, int, float, bool)" in _fake_prop_run_node_source()
+
+
+def fake_prop_asks_is_fake_tensor() -> bool:
+    """Whether stock's ``FakeTensorProp`` tells fake tensors by ``is_fake_tensor``
+    (2.14 on, which also knows C++ fakes) rather than ``isinstance(.., FakeTensor)``."""
+    return "if is_fake_tensor(obj):" in _fake_prop_run_node_source()
+
+
+def fake_prop_proven() -> bool:
+    """Stock's ``FakeTensorProp.run_node`` and what it calls are source-identical to
+    those of a release the fast ``run_node`` was proven on (fastfake/_fake_prop.py)."""
+    return fake_prop_source_digest() in FAKE_PROP_SOURCES

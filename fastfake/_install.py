@@ -21,6 +21,7 @@ from . import (
     _selftest,
     _stock_cache,
     _symnode,
+    _fake_prop,
 )
 from ._compat import SUPPORTED_TORCH_VERSIONS
 
@@ -153,6 +154,8 @@ def _setup() -> None:
     _portable.setup(_C)
     _rerun.setup(_C)
     _symnode.setup(_C)
+    if _fake_prop.available():
+        _fake_prop.setup()
     from ._real_inputs import policy
 
     _C.setup_real_inputs(torch.Tensor, torch.nn.Parameter, ft.fake_tensor_tls, policy)
@@ -259,6 +262,7 @@ def install(
         (opts.elementwise or opts.cache) and _symnode_memo_allowed(_State.selftest),
         crosscheck=opts.crosscheck,
     )
+    _patch_fake_prop((opts.elementwise or opts.cache) and _fake_prop_allowed(_State.selftest))
     _State.options = opts
     _State.requested = requested
 
@@ -306,6 +310,20 @@ def _patch_symnode(on: bool, crosscheck: bool = False) -> None:
         _patch(SymNode, attr, hook if on else None)
     _C.set_symnode_memo_check(_symnode.check if on and crosscheck else None)
     _C.set_symnode_memo(on and bool(_symnode.hooks()))
+
+
+def _fake_prop_allowed(report) -> bool:
+    return not _env_flag("FASTFAKE_NO_FAKE_PROP") and report.passed.get("fake_prop", False)
+
+
+def _patch_fake_prop(on: bool) -> None:
+    """``FakeTensorProp.run_node``, patched with fastfake/_fake_prop.py's (and
+    restored like every other patched attribute)."""
+    if not _fake_prop.available():
+        return
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    _patch(FakeTensorProp, "run_node", _fake_prop.run_node if on else None)
 
 
 def _patch_fast_detach(replacement: object | None) -> None:
@@ -399,9 +417,12 @@ def _run_selftest(ft) -> _selftest.Report:
             _patch_convert(_convert.replacement())
         if feature == "symnode_memo":
             _patch_symnode(True)
+        if feature == "fake_prop":
+            _patch_fake_prop(True)
         try:
             yield
         finally:
+            _patch_fake_prop(False)
             _patch_symnode(False)
             _patch_convert(None)
             _patch_fast_detach(None)
@@ -422,6 +443,8 @@ def _run_selftest(ft) -> _selftest.Report:
             features.append("cache_rerun")
     if _symnode.available():
         features.append("symnode_memo")
+    if _fake_prop.available():
+        features.append("fake_prop")
     report = _selftest.run(only, _original(ft.FakeTensor, "device"), features)
     for feature, why in report.failures.items():
         warnings.warn(

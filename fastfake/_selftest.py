@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import optree
 import torch
 
-from . import _C, _compat, _functional, _portable, _rerun, _symnode
+from . import _C, _compat, _fake_prop, _functional, _portable, _rerun, _symnode
 
 #: fastfake features and the counters that show each one served a result.
 FEATURES = {
@@ -46,6 +46,7 @@ FEATURES = {
     "detach": ("detach.fast",),
     "convert": ("convert.fast",),
     "symnode_memo": ("symnode.memo.hit",),
+    "fake_prop": ("fake_prop.fast",),
 }
 
 
@@ -338,6 +339,74 @@ def _convert_program(mode, dev: str) -> list:
     return out
 
 
+def _summary(v) -> str:
+    """A value of another mode's ShapeEnv, as text (the describer knows one mode)."""
+    if isinstance(v, torch.Tensor):
+        return f"{type(v).__name__}{tuple(v.shape)} {v.stride()} {v.storage_offset()} {v.dtype} {v.device}"
+    return repr(v)
+
+
+def _fake_prop_program(mode, dev: str) -> list:
+    """FakeTensorProp over make_fx graphs (fastfake/_fake_prop.py serves its nodes):
+    a static graph with tuple and list outputs, keyword arguments and a scalar; a
+    symbolic one (SymInt nodes, views sized by them) propagated on symbolic inputs;
+    one with data-dependent sizes (unbacked symbols: their bindings recorded in
+    the node metadata, then re-bound by a second propagation). Every node's
+    ``meta["val"]`` and ``meta["unbacked_bindings"]`` are compared."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    def static(a, w):
+        m = torch.relu(a @ w)
+        var, mean = torch.var_mean(m, 0, keepdim=True)
+        parts = torch.split(m, 2)
+        return (m - mean) / var.add(1e-5, alpha=2), parts[0].t(), parts[1]
+
+    def symbolic(x, w):
+        y = (x @ w).view(x.shape[0] * w.shape[1])
+        return y.sum(0) + x.shape[0], torch.cat([y, y]).unsqueeze(1)
+
+    def unbacked(x):
+        idx = torch.nonzero(x)
+        return idx.sum(0), idx.shape[0] * 2
+
+    def meta(gm) -> list:
+        return [
+            (n.name, n.meta.get("val"), str(n.meta.get("unbacked_bindings")))
+            for n in gm.graph.nodes
+        ]
+
+    out = []
+    with unset_fake_temporarily():
+        gm_static = make_fx(static, tracing_mode="fake")(torch.empty(4, 6), torch.empty(6, 3))
+        gm_sym = make_fx(symbolic, tracing_mode="symbolic")(torch.empty(4, 6), torch.empty(6, 3))
+        gm_unbacked = make_fx(unbacked, tracing_mode="symbolic")(torch.ones(5, 2))
+    for _ in range(2):
+        FakeTensorProp(gm_static, mode).propagate_dont_convert_inputs(
+            torch.empty(4, 6, device=dev), torch.empty(6, 3, device=dev))
+        out.append(("static graph", (), meta(gm_static)))
+    x = _symbolic_input(mode, dev, 4, 6)
+    w = _symbolic_input(mode, dev, 6, 3)
+    for _ in range(2):
+        FakeTensorProp(gm_sym, mode).propagate_dont_convert_inputs(x, w)
+        out.append(("symbolic graph", (x, w), meta(gm_sym)))
+    # Data-dependent sizes: propagated again in the ShapeEnv make_fx traced in
+    # (as Inductor re-propagates), so the new unbacked symbols are re-bound to the
+    # graph's (rebind_unbacked); a new input each time (nonzero is memoised on it).
+    trace_mode = next(iter(gm_unbacked.graph.nodes)).meta["val"].fake_mode
+    for _ in range(2):
+        with trace_mode:
+            u = _symbolic_input(trace_mode, dev, 5, 2)
+            FakeTensorProp(gm_unbacked, trace_mode).propagate_dont_convert_inputs(u)
+        out.append(("unbacked graph", (), [
+            (name, optree.tree_map(_summary, val, none_is_leaf=True), bindings)
+            for name, val, bindings in meta(gm_unbacked)
+        ]))
+        out.append(("unbacked ShapeEnv", (), repr(_shape_env_state(trace_mode.shape_env))))
+    return out
+
+
 # (feature, program, needs a ShapeEnv, devices it runs on)
 def _groups() -> list[tuple[str, Program, bool, tuple[str, ...]]]:
     accel = ["cuda"]
@@ -353,6 +422,7 @@ def _groups() -> list[tuple[str, Program, bool, tuple[str, ...]]]:
         ("detach", _detach_program, True, ("cpu", *accel)),
         ("convert", _convert_program, False, ("cpu",)),
         ("symnode_memo", _symnode_program, True, ("cpu",)),
+        ("fake_prop", _fake_prop_program, True, ("cpu",)),
     ]
 
 
@@ -525,6 +595,7 @@ def run(
     portable_before = dict(_portable._counts)
     rerun_before = _rerun.saved_counters()
     symnode_before = _symnode.saved_counters()
+    fake_prop_before = _fake_prop.saved_counters()
     device_ok = True
     device_msg = ""
     device_served = 0
@@ -544,6 +615,7 @@ def run(
                     _portable.reset_counters()
                     _rerun.reset_counters()
                     _symnode.reset_counters()
+                    _fake_prop.reset_counters()
                     tls = _dispatch_tls()
                     with torch._C._PreserveDispatchKeyGuard():
                         with fast(feature):
@@ -556,6 +628,7 @@ def run(
                     counts.update(_portable.counters())
                     counts.update(_rerun.counters())
                     counts.update(_symnode.counters())
+                    counts.update(_fake_prop.counters())
                     served += _served(counts, feature)
                     device_served += _served(counts, "device")
                     diff = _first_difference(stock, got)
@@ -582,6 +655,7 @@ def run(
         _rerun.restore_counters(rerun_before)
         _C.symnode_memo_clear()
         _symnode.restore_counters(symnode_before)
+        _fake_prop.restore_counters(fake_prop_before)
     report.passed["device"] = device_ok
     report.served["device"] = device_served
     if not device_ok:

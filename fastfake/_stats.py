@@ -1,7 +1,7 @@
 """Counters: fastfake.stats() / fastfake.reset_stats()."""
 from __future__ import annotations
 
-from . import _C, _functional, _portable, _rerun, _symnode
+from . import _C, _fake_prop, _functional, _portable, _rerun, _symnode
 
 
 def stats() -> dict[str, int]:
@@ -15,13 +15,16 @@ def stats() -> dict[str, int]:
     After the first ``install()``, ``selftest.failed.<feature>`` is 1 for a feature
     the install-time self-test turned off and ``selftest.idle.<feature>`` 1 for one
     that passed without serving any of its programs itself. ``symnode.memo.*``
-    count the SymNode binary ops served from the memo (fastfake/_symnode.py).
+    count the SymNode binary ops served from the memo (fastfake/_symnode.py),
+    ``fake_prop.*`` the FakeTensorProp nodes run without the interpreter's wrappers
+    (fastfake/_fake_prop.py).
     """
     out = {name: int(value) for name, value in _C.counters()}
     out.update(_functional.counters())
     out.update(_portable.counters())
     out.update(_rerun.counters())
     out.update(_symnode.counters())
+    out.update(_fake_prop.counters())
     from ._install import _State
 
     report = _State.selftest
@@ -39,6 +42,7 @@ def reset_stats() -> None:
     _portable.reset_counters()
     _rerun.reset_counters()
     _symnode.reset_counters()
+    _fake_prop.reset_counters()
 
 
 def elementwise_report() -> dict[str, dict]:

@@ -14,7 +14,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import fastfake
-from fastfake import _compat, _symnode
+from fastfake import _compat, _fake_prop, _symnode
 
 
 def _in_subprocess(code: str) -> subprocess.CompletedProcess:
@@ -45,6 +45,8 @@ def test_passes_here_and_every_feature_served():
             expected.add("cache_rerun")
     if _symnode.available():
         expected.add("symnode_memo")
+    if _fake_prop.available():
+        expected.add("fake_prop")
     assert set(report["passed"]) == expected
     assert all(report["passed"].values())
     # Each feature served results itself, so the comparison proved something.
