@@ -137,7 +137,7 @@ def setup() -> None:
     _invoke_subgraph = getattr(torch.ops.higher_order, "invoke_subgraph", None)
     _ftp, _interp, _fx_traceback, _symbolic_shapes = (
         fake_tensor_prop, interpreter, fx_traceback, symbolic_shapes)
-    _log = interpreter.log
+    _log = getattr(interpreter, "log", None)  # (2.9's run_node logs nothing)
     _scalars = (int, float, bool) if _compat.fake_prop_keeps_python_scalars() else ()
     _asks_is_fake_tensor = _compat.fake_prop_asks_is_fake_tensor()
     _stock["run_node"] = _stock_run_node
@@ -157,7 +157,7 @@ def run_node(self, n):
         why = "class"
     elif _fx_traceback.should_preserve_node_meta:
         why = "node_meta"
-    elif _log.isEnabledFor(_DEBUG):
+    elif _log is not None and _log.isEnabledFor(_DEBUG):
         why = "debug_log"
     else:
         op = n.op
