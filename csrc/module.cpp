@@ -3,6 +3,7 @@
 #include "fastfake.h"
 #include "portable.h"
 #include "rerun.h"
+#include "symnode_expr.h"
 #include "symnode_memo.h"
 
 #include <pybind11/pybind11.h>
@@ -188,6 +189,27 @@ PYBIND11_MODULE(_C, m) {
     symnode_memo_set_counts(c);
   });
   m.def(
+      "setup_symnode_expr",
+      [](py::handle symnode) { symnode_expr_setup(symnode.ptr()); },
+      "Bind the SymNode class the C-level SymNode.expr serves exactly.");
+  m.def(
+      "symnode_expr_descriptor",
+      [](py::handle stock, int rule) {
+        return steal_or_throw(symnode_expr_descriptor(stock.ptr(), rule));
+      },
+      py::arg("stock"),
+      py::arg("rule"),
+      "A descriptor for SymNode.expr computing `rule` (1: 2.13's is_number, 2: 2.14's "
+      "is_Number, 3: 2.15's is_Number or boolean atom); `stock` is the stock property.");
+  m.def("set_symnode_expr_check", [](py::handle check) { symnode_expr_set_check(check.ptr()); });
+  m.def("symnode_expr_memo_size", []() { return symnode_expr_memo_size(); });
+  m.def("symnode_expr_set_max", [](size_t n) { return symnode_expr_set_max(n); });
+  m.def("symnode_expr_clear", []() { symnode_expr_clear(); });
+  m.def("symnode_expr_counts", []() { return symnode_expr_counts(); });
+  m.def("symnode_expr_set_counts", [](const std::map<std::string, uint64_t>& c) {
+    symnode_expr_set_counts(c);
+  });
+  m.def(
       "set_portable",
       [](bool on) { return portable_set(on); },
       "Serve and record symbolic entries across ShapeEnvs; returns the previous setting.");
@@ -340,10 +362,12 @@ PYBIND11_MODULE(_C, m) {
           rerun_inject_fault(n);
         } else if (kind == "symnode") {
           symnode_memo_inject_fault(n);
+        } else if (kind == "symnode_expr") {
+          symnode_expr_inject_fault(n);
         } else {
           throw py::value_error(
-              "_inject_fault: kind is 'dtype', 'device', 'convert', 'portable', 'rerun' or "
-              "'symnode'");
+              "_inject_fault: kind is 'dtype', 'device', 'convert', 'portable', 'rerun', "
+              "'symnode' or 'symnode_expr'");
         }
       },
       py::arg("n"),
@@ -352,7 +376,8 @@ PYBIND11_MODULE(_C, m) {
       "device on the next n FakeTensors built, or leave requires_grad unset on the next "
       "n conversions, or serve the next n portable entries from stock's hit recipe, or "
       "leave the inputs of the next n served rerun calls without the kernel's memoised values, "
-      "or give the next n SymNodes served from the memo the other optimized-summation flag.");
+      "or give the next n SymNodes served from the memo the other optimized-summation flag, "
+      "or answer the next n SymNode.expr reads after a replacement with the unreplaced _expr.");
   m.def("get_config", []() {
     return py::make_tuple(
         g_config.elementwise,

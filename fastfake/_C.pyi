@@ -207,6 +207,36 @@ def symnode_memo_counts() -> dict[str, int]:
 def symnode_memo_set_counts(counts: dict[str, int]) -> None:
     """Put saved counts back (missing names are zero)."""
 
+def setup_symnode_expr(symnode: type) -> None:
+    """Bind the SymNode class :func:`symnode_expr_descriptor` serves exactly
+    (csrc/symnode_expr.cpp, fastfake/_symnode_expr.py)."""
+
+def symnode_expr_descriptor(stock: property, rule: int) -> Any:
+    """A descriptor for ``SymNode.expr`` that computes the stock property's body in C
+    by ``rule`` (1: 2.13's ``is_number`` constant test, memoised on the expression's
+    identity; 2: 2.14's ``is_Number``; 3: 2.15's ``is_Number`` or boolean atom; then
+    the ``_expr_cache`` / ``_expr_ver`` replacement cache and
+    ``shape_env.replace``). Class access returns ``stock``; setting, deleting and
+    non-exact SymNodes go to it."""
+
+def set_symnode_expr_check(check: Callable[[Any, Any], bool] | None) -> None:
+    """crosscheck: ``check(node, served)`` after every served read (None: off)."""
+
+def symnode_expr_memo_size() -> int:
+    """Entries of the ``is_number`` memo (rule 1)."""
+
+def symnode_expr_set_max(n: int) -> int:
+    """Set the memo's bound (emptied when a new entry would pass it); returns the
+    previous one (65536)."""
+
+def symnode_expr_clear() -> None: ...
+
+def symnode_expr_counts() -> dict[str, int]:
+    """``served``, ``stock.type`` (not exactly a SymNode), ``learned``, ``full``."""
+
+def symnode_expr_set_counts(counts: dict[str, int]) -> None:
+    """Put saved counts back (missing names are zero)."""
+
 def setup_detach(stock: Any) -> None:
     """Bind stock's ``fast_detach`` (called for every case :func:`fast_detach` does
     not serve)."""
@@ -291,7 +321,9 @@ def _inject_fault(n: int, kind: str = "dtype") -> None:
     hit recipe instead of its miss recipe; ``kind="rerun"``: the next ``n`` served
     repeats of a call stock never caches leave their inputs without the values the
     kernel memoised on them; ``kind="symnode"``: the next ``n`` SymNodes served from
-    the SymNode memo get the other optimized-summation flag."""
+    the SymNode memo get the other optimized-summation flag; ``kind="symnode_expr"``:
+    the next ``n`` ``SymNode.expr`` reads after a replacement answer the unreplaced
+    ``_expr``."""
 
 def register_elementwise(
     op: Any, name: str, inplace: bool, args: list[tuple[str, int, bool, bool, Any]]

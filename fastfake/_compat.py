@@ -345,3 +345,34 @@ def fake_prop_proven() -> bool:
     """Stock's ``FakeTensorProp.run_node`` and what it calls are source-identical to
     those of a release the fast ``run_node`` was proven on (fastfake/_fake_prop.py)."""
     return fake_prop_source_digest() in FAKE_PROP_SOURCES
+
+
+#: Digest of stock's ``SymNode.expr`` getter -> (the rule ``csrc/symnode_expr.cpp``
+#: computes for it, the releases it was proven on). Rules: 1 = 2.13's
+#: ``is_number`` test, 2 = 2.14's ``is_Number``, 3 = 2.15's ``is_Number`` or
+#: boolean atom. 2.9's getter is a bare ``shape_env.replace(_expr)``: not offered.
+SYMNODE_EXPR_SOURCES: dict[str, tuple[int, str]] = {
+    "750ceb4198193b0b": (1, "2.13.0"),
+    "3433ebb6fdc269f9": (2, "2.14.1"),
+    "4ee54c55cdc5a24e": (3, "2.15.0"),
+}
+
+
+@functools.cache
+def symnode_expr_source_digest() -> str | None:
+    import hashlib
+
+    try:
+        from torch.fx.experimental.sym_node import SymNode
+
+        text = _normalised_source(SymNode.expr.fget)
+    except (OSError, TypeError, AttributeError, ImportError):
+        return None
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def symnode_expr_rule() -> int | None:
+    """The rule for this release's ``SymNode.expr`` (fastfake/_symnode_expr.py), None
+    if its source is not one fastfake was proven on."""
+    entry = SYMNODE_EXPR_SOURCES.get(symnode_expr_source_digest() or "")
+    return entry[0] if entry else None

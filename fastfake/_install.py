@@ -22,6 +22,7 @@ from . import (
     _stock_cache,
     _symnode,
     _fake_prop,
+    _symnode_expr,
 )
 from ._compat import SUPPORTED_TORCH_VERSIONS
 
@@ -156,6 +157,8 @@ def _setup() -> None:
     _symnode.setup(_C)
     if _fake_prop.available():
         _fake_prop.setup()
+    if _symnode_expr.available():
+        _symnode_expr.setup()
     from ._real_inputs import policy
 
     _C.setup_real_inputs(torch.Tensor, torch.nn.Parameter, ft.fake_tensor_tls, policy)
@@ -263,6 +266,10 @@ def install(
         crosscheck=opts.crosscheck,
     )
     _patch_fake_prop((opts.elementwise or opts.cache) and _fake_prop_allowed(_State.selftest))
+    _patch_symnode_expr(
+        (opts.elementwise or opts.cache) and _symnode_expr_allowed(_State.selftest),
+        crosscheck=opts.crosscheck,
+    )
     _State.options = opts
     _State.requested = requested
 
@@ -324,6 +331,20 @@ def _patch_fake_prop(on: bool) -> None:
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
     _patch(FakeTensorProp, "run_node", _fake_prop.run_node if on else None)
+
+
+def _symnode_expr_allowed(report) -> bool:
+    return not _env_flag("FASTFAKE_NO_SYMNODE_EXPR") and report.passed.get("symnode_expr", False)
+
+
+def _patch_symnode_expr(on: bool, crosscheck: bool = False) -> None:
+    """``SymNode.expr``, patched with the C-level descriptor (fastfake/_symnode_expr.py)
+    and restored like every other patched attribute."""
+    if not _symnode_expr.available():
+        return
+    from torch.fx.experimental.sym_node import SymNode
+
+    _patch(SymNode, "expr", _symnode_expr.descriptor(crosscheck=crosscheck) if on else None)
 
 
 def _patch_fast_detach(replacement: object | None) -> None:
@@ -419,9 +440,12 @@ def _run_selftest(ft) -> _selftest.Report:
             _patch_symnode(True)
         if feature == "fake_prop":
             _patch_fake_prop(True)
+        if feature == "symnode_expr":
+            _patch_symnode_expr(True)
         try:
             yield
         finally:
+            _patch_symnode_expr(False)
             _patch_fake_prop(False)
             _patch_symnode(False)
             _patch_convert(None)
@@ -445,6 +469,8 @@ def _run_selftest(ft) -> _selftest.Report:
         features.append("symnode_memo")
     if _fake_prop.available():
         features.append("fake_prop")
+    if _symnode_expr.available():
+        features.append("symnode_expr")
     report = _selftest.run(only, _original(ft.FakeTensor, "device"), features)
     for feature, why in report.failures.items():
         warnings.warn(
@@ -501,6 +527,7 @@ def _configure_off() -> None:
     _C.set_rerun(False)
     _C.set_symnode_memo(False)
     _C.set_symnode_memo_check(None)
+    _C.set_symnode_expr_check(None)
 
 
 def uninstall() -> None:
@@ -560,4 +587,5 @@ def cache_clear() -> None:
     storage sizes memoised per ShapeEnv."""
     _C.cache_clear()
     _C.symnode_memo_clear()
+    _C.symnode_expr_clear()
     _functional.clear()

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import optree
 import torch
 
-from . import _C, _compat, _fake_prop, _functional, _portable, _rerun, _symnode
+from . import _C, _compat, _fake_prop, _functional, _portable, _rerun, _symnode, _symnode_expr
 
 #: fastfake features and the counters that show each one served a result.
 FEATURES = {
@@ -47,6 +47,7 @@ FEATURES = {
     "convert": ("convert.fast",),
     "symnode_memo": ("symnode.memo.hit",),
     "fake_prop": ("fake_prop.fast",),
+    "symnode_expr": ("symnode.expr.served",),
 }
 
 
@@ -339,6 +340,40 @@ def _convert_program(mode, dev: str) -> list:
     return out
 
 
+def _symnode_expr_program(mode, dev: str) -> list:
+    """``SymNode.expr`` of symbols, products, sums, floor divisions, relations,
+    constants (an integer, a number that is not a sympy Number, a boolean atom),
+    each read twice before any replacement, after one (two symbols made equal) and
+    after another (a symbol specialised to a constant): the expression returned and
+    the node's replacement cache (``_expr_cache``, ``_expr_ver``) afterwards."""
+    import sympy
+    from torch.fx.experimental.sym_node import SymNode
+
+    x = _symbolic_input(mode, dev, 6, 6, 4)
+    a, b, c = x.shape
+    env = mode.shape_env
+    nodes = [a.node, b.node, c.node, (a * b).node, (a + b * c).node, ((a * b) // c).node,
+             (a < b * c).node, SymNode(sympy.Integer(5), env, int, 5),
+             SymNode(sympy.Integer(3) + sympy.sqrt(2), env, float, 3 + 2**0.5),
+             SymNode(sympy.true, env, bool, True)]
+
+    def read(when: str) -> tuple:
+        return (when, [
+            (sympy.srepr(n.expr), repr(n._expr_ver), sympy.srepr(n._expr_cache)) for n in nodes
+        ])
+
+    out = []
+    for when in ("before replacements", "again"):
+        out.append((when, (), read(when)))
+    torch._check(a == b)
+    for when in ("after a replacement", "again"):
+        out.append((when, (), read(when)))
+    torch._check(c == 4)
+    for when in ("after a specialisation", "again"):
+        out.append((when, (), read(when)))
+    return out
+
+
 def _summary(v) -> str:
     """A value of another mode's ShapeEnv, as text (the describer knows one mode)."""
     if isinstance(v, torch.Tensor):
@@ -423,6 +458,7 @@ def _groups() -> list[tuple[str, Program, bool, tuple[str, ...]]]:
         ("convert", _convert_program, False, ("cpu",)),
         ("symnode_memo", _symnode_program, True, ("cpu",)),
         ("fake_prop", _fake_prop_program, True, ("cpu",)),
+        ("symnode_expr", _symnode_expr_program, True, ("cpu",)),
     ]
 
 
@@ -596,6 +632,7 @@ def run(
     rerun_before = _rerun.saved_counters()
     symnode_before = _symnode.saved_counters()
     fake_prop_before = _fake_prop.saved_counters()
+    expr_before = _symnode_expr.saved_counters()
     device_ok = True
     device_msg = ""
     device_served = 0
@@ -616,6 +653,7 @@ def run(
                     _rerun.reset_counters()
                     _symnode.reset_counters()
                     _fake_prop.reset_counters()
+                    _symnode_expr.reset_counters()
                     tls = _dispatch_tls()
                     with torch._C._PreserveDispatchKeyGuard():
                         with fast(feature):
@@ -629,6 +667,7 @@ def run(
                     counts.update(_rerun.counters())
                     counts.update(_symnode.counters())
                     counts.update(_fake_prop.counters())
+                    counts.update(_symnode_expr.counters())
                     served += _served(counts, feature)
                     device_served += _served(counts, "device")
                     diff = _first_difference(stock, got)
@@ -656,6 +695,8 @@ def run(
         _C.symnode_memo_clear()
         _symnode.restore_counters(symnode_before)
         _fake_prop.restore_counters(fake_prop_before)
+        _C.symnode_expr_clear()
+        _symnode_expr.restore_counters(expr_before)
     report.passed["device"] = device_ok
     report.served["device"] = device_served
     if not device_ok:

@@ -1,7 +1,7 @@
 """Counters: fastfake.stats() / fastfake.reset_stats()."""
 from __future__ import annotations
 
-from . import _C, _fake_prop, _functional, _portable, _rerun, _symnode
+from . import _C, _fake_prop, _functional, _portable, _rerun, _symnode, _symnode_expr
 
 
 def stats() -> dict[str, int]:
@@ -17,7 +17,8 @@ def stats() -> dict[str, int]:
     that passed without serving any of its programs itself. ``symnode.memo.*``
     count the SymNode binary ops served from the memo (fastfake/_symnode.py),
     ``fake_prop.*`` the FakeTensorProp nodes run without the interpreter's wrappers
-    (fastfake/_fake_prop.py).
+    (fastfake/_fake_prop.py), ``symnode.expr.*`` the ``SymNode.expr`` reads served in
+    C (fastfake/_symnode_expr.py).
     """
     out = {name: int(value) for name, value in _C.counters()}
     out.update(_functional.counters())
@@ -25,6 +26,7 @@ def stats() -> dict[str, int]:
     out.update(_rerun.counters())
     out.update(_symnode.counters())
     out.update(_fake_prop.counters())
+    out.update(_symnode_expr.counters())
     from ._install import _State
 
     report = _State.selftest
@@ -43,6 +45,7 @@ def reset_stats() -> None:
     _rerun.reset_counters()
     _symnode.reset_counters()
     _fake_prop.reset_counters()
+    _symnode_expr.reset_counters()
 
 
 def elementwise_report() -> dict[str, dict]:

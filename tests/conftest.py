@@ -15,7 +15,7 @@ import fastfake  # noqa: E402
 
 
 def _no_faults() -> None:
-    for kind in ("dtype", "device", "convert", "portable", "rerun", "symnode"):
+    for kind in ("dtype", "device", "convert", "portable", "rerun", "symnode", "symnode_expr"):
         fastfake._C._inject_fault(0, kind)
     fastfake._fake_prop._fault = None
 

@@ -23,11 +23,14 @@ def _tname(obj: object) -> str:
 
 def _snapshot() -> dict[type, dict[str, object]]:
     from torch.fx.experimental.sym_node import SymNode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
     return {
         FakeTensorMode: dict(vars(FakeTensorMode)),
         FakeTensor: dict(vars(FakeTensor)),
         SymNode: dict(vars(SymNode)),
+        FakeTensorProp: dict(vars(FakeTensorProp)),
+        torch.fx.Interpreter: dict(vars(torch.fx.Interpreter)),
     }
 
 
@@ -107,13 +110,21 @@ def test_install_touches_only_the_patched_attributes(stock):
     before = _snapshot()
     fastfake.install()
     during = _snapshot()
-    from fastfake import _symnode
+    from fastfake import _fake_prop, _symnode, _symnode_expr
     from torch.fx.experimental.sym_node import SymNode
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
     hooked = tuple(_symnode.hooks())  # the SymNode memo's binary ops (fastfake/_symnode.py)
     patched = ("__torch_dispatch__", "device", "_output_from_cache_entry", "cache_info", "cache_clear")
+    # SymNode.expr (fastfake/_symnode_expr.py), FakeTensorProp.run_node (fastfake/_fake_prop.py)
+    patched += ("expr",) * _symnode_expr.available() + ("run_node",) * _fake_prop.available()
     _assert_identical(before, during, ignore=patched + hooked)
     assert all(during[SymNode][k] is not before[SymNode][k] for k in hooked)
+    if _symnode_expr.available():
+        assert type(during[SymNode]["expr"]).__name__ == "SymNodeExprDescriptor"
+    if _fake_prop.available():
+        assert during[FakeTensorProp]["run_node"] is _fake_prop.run_node
+        assert during[torch.fx.Interpreter]["run_node"] is before[torch.fx.Interpreter]["run_node"]
     # stock's cache statistics and clearing, wrapped (fastfake/_stock_cache.py)
     for name in ("cache_info", "cache_clear"):
         assert isinstance(during[FakeTensorMode][name], classmethod)

@@ -14,7 +14,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import fastfake
-from fastfake import _compat, _fake_prop, _symnode
+from fastfake import _compat, _fake_prop, _symnode, _symnode_expr
 
 
 def _in_subprocess(code: str) -> subprocess.CompletedProcess:
@@ -47,6 +47,8 @@ def test_passes_here_and_every_feature_served():
         expected.add("symnode_memo")
     if _fake_prop.available():
         expected.add("fake_prop")
+    if _symnode_expr.available():
+        expected.add("symnode_expr")
     assert set(report["passed"]) == expected
     assert all(report["passed"].values())
     # Each feature served results itself, so the comparison proved something.
