@@ -221,7 +221,10 @@ def test_overrides_and_settings_go_to_stock(monkeypatch):
     level = logger.level
     logger.setLevel(logging.DEBUG)
     try:
-        assert count(prop()) == {"fake_prop.stock.debug_log": nodes}
+        if getattr(torch.fx.interpreter, "log", None) is not None:
+            assert count(prop()) == {"fake_prop.stock.debug_log": nodes}
+        else:  # (2.9: stock's run_node logs nothing)
+            assert count(prop())["fake_prop.fast"] == nodes - 1
     finally:
         logger.setLevel(level)
 
