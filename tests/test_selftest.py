@@ -5,9 +5,7 @@ port to torch 2.9 gave: silently wrong devices), a corrupted result, a fast path
 that raises -- by turning the feature off or refusing to install."""
 from __future__ import annotations
 
-import subprocess
 import sys
-import textwrap
 
 import pytest
 import torch
@@ -15,16 +13,10 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import fastfake
 from fastfake import _compat, _fake_prop, _symnode, _symnode_expr
+from faults import fault_turns_off_only, in_subprocess
 
 
-def _in_subprocess(code: str) -> subprocess.CompletedProcess:
-    """Run ``code`` in a fresh interpreter (the self-test runs once per process)."""
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+_in_subprocess = in_subprocess  # (the self-test runs once per process)
 
 
 def test_passes_here_and_every_feature_served():
@@ -394,31 +386,12 @@ def test_wrong_conversion_turns_convert_off():
 
 
 def _fault_turns_off_only(kind: str, feature: str, setter: str, keep: str = "cache_symbolic") -> str:
-    """Install in a fresh process with fault ``kind`` injected: the self-test must
-    turn ``feature`` off (warned, counted, its switch off) and keep ``keep`` on.
-    Returns the report's output."""
-    r = _in_subprocess(
-        f"""
-        import warnings
-        import fastfake
-        fastfake._C._inject_fault(100, "{kind}")
-        with warnings.catch_warnings(record=True) as w:
-            warnings.simplefilter("always")
-            fastfake.install()
-        r = fastfake.selftest_report()
-        print("passed:", r["passed"])
-        for x in w:
-            print("warned:", x.message)
-        print("counted:", fastfake.stats()["selftest.failed.{feature}"])
-        print("on:", fastfake._C.{setter}(False))
-        """
+    """Install in a fresh process with C++ fault ``kind`` injected: the self-test must
+    turn ``feature`` off (warned, counted, its switch off) and keep ``keep`` on."""
+    return fault_turns_off_only(
+        f'fastfake._C._inject_fault(100, "{kind}")', feature, keep=keep,
+        still_on=f"fastfake._C.{setter}(False)",
     )
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = r.stdout
-    assert f"'{feature}': False" in out and f"'{keep}': True" in out, out
-    assert f"'{feature}', which stays off" in out, out
-    assert "counted: 1" in out and "on: False" in out, out
-    return out
 
 
 @pytest.mark.skipif(

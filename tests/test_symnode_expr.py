@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import gc
 import random
-import subprocess
-import sys
-import textwrap
 import weakref
 
 import pytest
@@ -23,6 +20,7 @@ from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, Stateles
 
 import fastfake
 from fastfake import _C, _symnode_expr
+from faults import fault_turns_off_only, in_subprocess
 from parity import clear_shape_env_lru_caches, error_outcome, shape_env_fields
 
 pytestmark = pytest.mark.skipif(
@@ -213,36 +211,16 @@ def test_uninstall_and_environment_switch_restore_stock(monkeypatch):
     assert vars(SymNode)["expr"] is STOCK
 
 
-def _in_subprocess(code: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, timeout=600)
-
-
 def test_selftest_catches_an_unreplaced_expression():
-    r = _in_subprocess("""
-        import warnings
-        import fastfake
-        from torch.fx.experimental.sym_node import SymNode
-        fastfake._C._inject_fault(100, "symnode_expr")
-        with warnings.catch_warnings(record=True) as w:
-            warnings.simplefilter("always")
-            fastfake.install()
-        r = fastfake.selftest_report()
-        print("passed:", r["passed"])
-        for x in w:
-            print("warned:", x.message)
-        print("counted:", fastfake.stats()["selftest.failed.symnode_expr"])
-        print("patched:", type(vars(SymNode)["expr"]).__module__ == "fastfake._C")
-    """)
-    assert r.returncode == 0, r.stderr[-3000:]
-    out = r.stdout
-    assert "'symnode_expr': False" in out and "'cache': True" in out, out
-    assert "'symnode_expr', which stays off" in out and "counted: 1" in out, out
-    assert "patched: False" in out, out
+    fault_turns_off_only(
+        'fastfake._C._inject_fault(100, "symnode_expr")', "symnode_expr", keep="cache",
+        still_on='type(vars(__import__("torch").fx.experimental.sym_node.SymNode)["expr"])'
+        '.__module__ == "fastfake._C"',
+    )
 
 
 def test_unknown_source_stays_stock():
-    r = _in_subprocess("""
+    r = in_subprocess("""
         import fastfake
         from fastfake import _compat
         from torch.fx.experimental.sym_node import SymNode

@@ -1,0 +1,46 @@
+"""Fault tests in a fresh process: the install-time self-test runs once per
+process, so a fault injected before ``install()`` is judged there."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+
+
+def in_subprocess(code: str) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def fault_turns_off_only(inject: str, feature: str, *, keep: str, still_on: str) -> str:
+    """Install in a fresh process after the statement ``inject`` (a fault): the
+    self-test must turn ``feature`` off (warned, counted) and keep ``keep`` on, and
+    the expression ``still_on`` (evaluated after install: whether the feature is in
+    place) must be False. Returns the process's output."""
+    r = in_subprocess(
+        f"""
+        import warnings
+        import fastfake
+        {inject}
+        with warnings.catch_warnings(record=True) as w:
+            warnings.simplefilter("always")
+            fastfake.install()
+        r = fastfake.selftest_report()
+        print("passed:", r["passed"])
+        for x in w:
+            print("warned:", x.message)
+        print("counted:", fastfake.stats()["selftest.failed.{feature}"])
+        print("on:", {still_on})
+        """
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = r.stdout
+    assert f"'{feature}': False" in out and f"'{keep}': True" in out, out
+    assert f"'{feature}', which stays off" in out, out
+    assert "counted: 1" in out and "on: False" in out, out
+    return out
