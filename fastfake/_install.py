@@ -198,6 +198,12 @@ def install(
     * with either of them, real tensors are converted into FakeTensors in C++
       (``FakeTensorConverter.from_real_tensor`` for plain CPU leaves:
       :mod:`fastfake._convert`; ``FASTFAKE_NO_FAST_CONVERT=1`` turns that off).
+    * with either of them, SymNode binary arithmetic is memoised
+      (:mod:`fastfake._symnode`; ``FASTFAKE_NO_SYMNODE_MEMO=1``), ``SymNode.expr``
+      is computed in C (:mod:`fastfake._symnode_expr`; ``FASTFAKE_NO_SYMNODE_EXPR=1``)
+      and ``FakeTensorProp`` runs its nodes without the interpreter's no-op wrappers
+      (:mod:`fastfake._fake_prop`; ``FASTFAKE_NO_FAKE_PROP=1``), each where the
+      stock source is one it was proven on and the self-test agrees.
     * under ``allow_non_fake_inputs=True`` both serve calls with real tensor
       arguments after converting them with the mode's own converter, as stock does
       (``FASTFAKE_NO_REAL_INPUTS=1`` leaves such calls to stock).
