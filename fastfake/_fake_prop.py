@@ -49,7 +49,6 @@ _NAMES = ("fast", "stock.class", "stock.node_meta", "stock.debug_log", "stock.en
           "stock.op", "stock.placeholder")
 
 #: Filled by :func:`setup`: stock's objects the fast path uses and checks.
-_stock: dict[str, object] = {}
 _cls = _I = _stock_run_node = _I_run_node = _invoke_subgraph = None
 _ftp = _interp = _fx_traceback = _symbolic_shapes = _log = None
 _DEBUG = logging.DEBUG
@@ -120,7 +119,7 @@ def setup() -> None:
     """Capture stock's ``run_node`` and what the fast path checks (once)."""
     global _cls, _I, _stock_run_node, _I_run_node, _invoke_subgraph, _expected
     global _ftp, _interp, _fx_traceback, _symbolic_shapes, _log, _scalars, _asks_is_fake_tensor
-    if _stock:
+    if _stock_run_node is not None:
         return
     from . import _compat
     import torch
@@ -140,7 +139,6 @@ def setup() -> None:
     _log = getattr(interpreter, "log", None)  # (2.9's run_node logs nothing)
     _scalars = (int, float, bool) if _compat.fake_prop_keeps_python_scalars() else ()
     _asks_is_fake_tensor = _compat.fake_prop_asks_is_fake_tensor()
-    _stock["run_node"] = _stock_run_node
 
 
 def run_node(self, n):
