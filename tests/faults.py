@@ -44,3 +44,22 @@ def fault_turns_off_only(inject: str, feature: str, *, keep: str, still_on: str)
     assert f"'{feature}', which stays off" in out, out
     assert "counted: 1" in out and "on: False" in out, out
     return out
+
+
+def unknown_source_stays_stock(table: str, feature: str, *, still_on: str) -> None:
+    """Install in a fresh process after emptying ``fastfake._compat.<table>`` (the
+    stock-source digests a feature was proven on: as on a release or a patched torch
+    fastfake does not know): the self-test must not run ``feature`` and
+    ``still_on`` (whether the feature is in place) must be False."""
+    r = in_subprocess(
+        f"""
+        import fastfake
+        from fastfake import _compat
+        _compat.{table}.clear()
+        fastfake.install()
+        print("feature:", "{feature}" in fastfake.selftest_report()["passed"])
+        print("on:", {still_on})
+        """
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "feature: False" in r.stdout and "on: False" in r.stdout, r.stdout

@@ -17,7 +17,7 @@ from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 import fastfake
 from fastfake import _fake_prop
-from faults import fault_turns_off_only, in_subprocess
+from faults import fault_turns_off_only, unknown_source_stays_stock
 from parity import describe_value, error_outcome, shape_env_fields
 
 pytestmark = pytest.mark.skipif(
@@ -25,6 +25,11 @@ pytestmark = pytest.mark.skipif(
 )
 
 STOCK_RUN_NODE = vars(FakeTensorProp)["run_node"]
+#: (in a fresh process) whether FakeTensorProp.run_node is fastfake's
+_RUN_NODE_PATCHED = (
+    'vars(__import__("torch").fx.passes.fake_tensor_prop.FakeTensorProp)["run_node"] '
+    "is fastfake._fake_prop.run_node"
+)
 
 
 def _describe_graph(gm, mode) -> list:
@@ -329,8 +334,7 @@ def test_selftest_catches_a_wrong_run_node(fault):
     stock's run_node stays in place, and the other features stay on."""
     out = fault_turns_off_only(
         f'fastfake._fake_prop._fault = "{fault}"', "fake_prop", keep="cache",
-        still_on='vars(__import__("torch").fx.passes.fake_tensor_prop.FakeTensorProp)["run_node"] '
-        "is fastfake._fake_prop.run_node",
+        still_on=_RUN_NODE_PATCHED,
     )
     assert "'detach': True" in out, out
 
@@ -339,15 +343,4 @@ def test_unknown_source_stays_stock():
     """A release (or a patched torch) whose FakeTensorProp source is not one
     fastfake was proven on keeps stock's run_node, and the self-test does not run
     the feature."""
-    r = in_subprocess("""
-        import fastfake
-        from fastfake import _compat
-        from torch.fx.passes.fake_tensor_prop import FakeTensorProp
-        _compat.FAKE_PROP_SOURCES.clear()
-        fastfake.install()
-        print("feature:", "fake_prop" in fastfake.selftest_report()["passed"])
-        print("patched:", vars(FakeTensorProp)["run_node"] is fastfake._fake_prop.run_node)
-    """)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "feature: False" in r.stdout and "patched: False" in r.stdout, r.stdout
-
+    unknown_source_stays_stock("FAKE_PROP_SOURCES", "fake_prop", still_on=_RUN_NODE_PATCHED)

@@ -20,7 +20,7 @@ from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, Stateles
 
 import fastfake
 from fastfake import _C, _symnode_expr
-from faults import fault_turns_off_only, in_subprocess
+from faults import fault_turns_off_only, unknown_source_stays_stock
 from parity import clear_shape_env_lru_caches, error_outcome, shape_env_fields
 
 pytestmark = pytest.mark.skipif(
@@ -28,6 +28,11 @@ pytestmark = pytest.mark.skipif(
 )
 
 STOCK = vars(SymNode)["expr"]
+#: (in a fresh process) whether SymNode.expr is fastfake's descriptor
+_EXPR_PATCHED = (
+    'type(vars(__import__("torch").fx.experimental.sym_node.SymNode)["expr"]).__module__ '
+    '== "fastfake._C"'
+)
 
 
 def _symbolic(mode, *shape):
@@ -214,20 +219,9 @@ def test_uninstall_and_environment_switch_restore_stock(monkeypatch):
 def test_selftest_catches_an_unreplaced_expression():
     fault_turns_off_only(
         'fastfake._C._inject_fault(100, "symnode_expr")', "symnode_expr", keep="cache",
-        still_on='type(vars(__import__("torch").fx.experimental.sym_node.SymNode)["expr"])'
-        '.__module__ == "fastfake._C"',
+        still_on=_EXPR_PATCHED,
     )
 
 
 def test_unknown_source_stays_stock():
-    r = in_subprocess("""
-        import fastfake
-        from fastfake import _compat
-        from torch.fx.experimental.sym_node import SymNode
-        _compat.SYMNODE_EXPR_SOURCES.clear()
-        fastfake.install()
-        print("feature:", "symnode_expr" in fastfake.selftest_report()["passed"])
-        print("patched:", type(vars(SymNode)["expr"]).__module__ == "fastfake._C")
-    """)
-    assert r.returncode == 0, r.stderr[-3000:]
-    assert "feature: False" in r.stdout and "patched: False" in r.stdout, r.stdout
+    unknown_source_stays_stock("SYMNODE_EXPR_SOURCES", "symnode_expr", still_on=_EXPR_PATCHED)
