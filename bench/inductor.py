@@ -25,6 +25,13 @@ warm
     propagation, guard building and loading the compiled code -- what a restarted
     training or serving job pays.
 
+fastfake's install-time self-test result, which ``install()`` keeps on disk for
+an unchanged installation (``fastfake/_selftest_store.py``), is kept per workload
+in a directory filled by one ``install()`` before the repetitions, cold and warm
+alike: it belongs to the installation, not to the compile caches (so no timed
+process runs the self-test's programs; the child reports where its result came
+from).
+
 Capture records the output code (identical with and without fastfake, checked
 by ``--check-graphs``) and the cache counters (identical too: fastfake must
 never turn a cache hit into a miss, i.e. the cache keys it produces are stock's).
@@ -60,16 +67,27 @@ def reset_backend_times() -> None:
     _LAST.clear()
 
 
-def _child_env(cache_dir: str) -> dict[str, str]:
+def _child_env(cache_dir: str, store_dir: str) -> dict[str, str]:
     env = dict(os.environ)
     env["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
+    env["FASTFAKE_CACHE_DIR"] = store_dir
+    env.pop("FASTFAKE_NO_SELFTEST_CACHE", None)
     env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     env.pop("TORCHINDUCTOR_FORCE_DISABLE_CACHES", None)
     return env
 
 
+def _fill_store(store_dir: str) -> None:
+    """One ``install()`` in a fresh process keeps the self-test result there."""
+    env = _child_env(tempfile.gettempdir(), store_dir)
+    r = subprocess.run([sys.executable, "-c", "import fastfake; fastfake.install()"], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise RuntimeError(f"fastfake.install() failed in a fresh process: {r.stderr[-2000:]}")
+
+
 def _run_child(spec_name: str, size: str, *, dynamic: bool, train: bool, impl: str, cache_dir: str,
-               fake_share: bool = False) -> dict:
+               store_dir: str, fake_share: bool = False) -> dict:
     with tempfile.NamedTemporaryFile("r", suffix=".json", delete=False) as f:
         out = f.name
     cmd = [sys.executable, "-m", "bench.inductor", "--child", "--model", spec_name, "--size", size,
@@ -81,7 +99,8 @@ def _run_child(spec_name: str, size: str, *, dynamic: bool, train: bool, impl: s
     if fake_share:
         cmd.append("--fake-share")
     try:
-        r = subprocess.run(cmd, cwd=ROOT, env=_child_env(cache_dir), capture_output=True, text=True, timeout=3600)
+        r = subprocess.run(cmd, cwd=ROOT, env=_child_env(cache_dir, store_dir), capture_output=True, text=True,
+                           timeout=3600)
         if r.returncode != 0:
             raise RuntimeError(f"inductor child failed ({r.returncode}): {r.stderr[-2000:]}")
         with open(out) as f:
@@ -95,10 +114,13 @@ def _factory(*, warm: bool, dynamic: bool, train: bool):
         if spec is None:
             raise ValueError("the inductor workloads build the model from its spec in a fresh process")
         base = tempfile.mkdtemp(prefix="fastfake-inductor-")
+        store = os.path.join(base, "fastfake-store")
+        _fill_store(store)
         primed = None
         if warm:
             primed = os.path.join(base, "primed")
-            _run_child(spec.name, size, dynamic=dynamic, train=train, impl="stock", cache_dir=primed)
+            _run_child(spec.name, size, dynamic=dynamic, train=train, impl="stock", cache_dir=primed,
+                       store_dir=store)
 
         def run(capture: bool = False, fake_share: bool = False) -> list[GraphRecord]:
             import fastfake
@@ -110,9 +132,12 @@ def _factory(*, warm: bool, dynamic: bool, train: bool):
                     shutil.rmtree(cache_dir)
                     shutil.copytree(primed, cache_dir)
                 rep = _run_child(spec.name, size, dynamic=dynamic, train=train, impl=impl,
-                                 cache_dir=cache_dir, fake_share=fake_share)
+                                 cache_dir=cache_dir, store_dir=store, fake_share=fake_share)
             finally:
                 shutil.rmtree(cache_dir, ignore_errors=True)
+            if impl == "fastfake" and rep.get("selftest") != "disk":
+                print(f"[inductor] note: the fastfake child ran the self-test ({rep.get('selftest')}); "
+                      "its wall time includes it", file=sys.stderr)
             _LAST.clear()
             _LAST.update(rep)
             if not capture:
@@ -198,6 +223,7 @@ def _child(args) -> None:
         "caches": caches,
         "code": [c.replace(cache_dir, "<cache>") if cache_dir else c for c in codes],
         "stats": {k: v for k, v in fastfake.stats().items() if v} if fastfake.is_installed() else {},
+        "selftest": (fastfake.selftest_report() or {}).get("source"),
         "fake_dispatch_s": timer.seconds if timer is not None else None,
         "fake_calls": timer.calls if timer is not None else None,
     }

@@ -31,6 +31,10 @@ py::object steal_or_throw(PyObject* o) {
   return py::reinterpret_steal<py::object>(o);
 }
 
+// Non-zero _inject_fault requests in this process: a self-test result kept on
+// disk is not used once a fault was asked for (fastfake/_selftest_store.py).
+long g_faults_requested = 0;
+
 } // namespace
 
 PYBIND11_MODULE(_C, m) {
@@ -350,6 +354,9 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "_inject_fault",
       [](int n, const std::string& kind) {
+        if (n != 0) {
+          ++g_faults_requested;
+        }
         if (kind == "dtype") {
           g_config.inject_fault = n;
         } else if (kind == "device") {
@@ -378,6 +385,10 @@ PYBIND11_MODULE(_C, m) {
       "leave the inputs of the next n served rerun calls without the kernel's memoised values, "
       "or give the next n SymNodes served from the memo the other optimized-summation flag, "
       "or answer the next n SymNode.expr reads after a replacement with the unreplaced _expr.");
+  m.def(
+      "_faults_requested",
+      []() { return g_faults_requested; },
+      "Testing only: how many non-zero faults _inject_fault was asked for in this process.");
   m.def("get_config", []() {
     return py::make_tuple(
         g_config.elementwise,

@@ -325,6 +325,12 @@ def _inject_fault(n: int, kind: str = "dtype") -> None:
     the next ``n`` ``SymNode.expr`` reads after a replacement answer the unreplaced
     ``_expr``."""
 
+def _faults_requested() -> int:
+    """Testing only: how many non-zero faults :func:`_inject_fault` was asked for in
+    this process. A self-test result kept on disk is not used once one was
+    (``fastfake/_selftest_store.py``): the self-test must judge the fault."""
+
+
 def register_elementwise(
     op: Any, name: str, inplace: bool, args: list[tuple[str, int, bool, bool, Any]]
 ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from . import (
     _portable,
     _rerun,
     _selftest,
+    _selftest_store,
     _stock_cache,
     _symnode,
     _fake_prop,
@@ -211,6 +213,11 @@ def install(
     * ``crosscheck`` (or ``FASTFAKE_CROSSCHECK=1``): every fast result is
       recomputed by stock and compared; a mismatch raises
       :class:`fastfake.CrosscheckError`.
+
+    The first ``install()`` in a process runs the self-test (:mod:`fastfake._selftest`),
+    or reads its result kept on disk for this unchanged installation
+    (:mod:`fastfake._selftest_store`; ``FASTFAKE_CACHE_DIR`` says where,
+    ``FASTFAKE_NO_SELFTEST_CACHE=1`` always runs it).
 
     ``FASTFAKE_DISABLE=1`` makes this a logged no-op.
     """
@@ -477,7 +484,7 @@ def _run_selftest(ft) -> _selftest.Report:
         features.append("fake_prop")
     if _symnode_expr.available():
         features.append("symnode_expr")
-    report = _selftest.run(only, _original(ft.FakeTensor, "device"), features)
+    report = _stored_or_run(features, lambda: _selftest.run(only, _original(ft.FakeTensor, "device"), features))
     for feature, why in report.failures.items():
         warnings.warn(
             f"fastfake: the install-time self-test found a difference from stock on torch "
@@ -485,7 +492,21 @@ def _run_selftest(ft) -> _selftest.Report:
             RuntimeWarning,
             stacklevel=4,
         )
-    log.info("fastfake self-test: %s in %.3f s", report.passed, report.seconds)
+    log.info(
+        "fastfake self-test (%s): %s in %.3f s", report.source, report.passed, report.seconds
+    )
+    return report
+
+
+def _stored_or_run(features: list[str], run) -> _selftest.Report:
+    """The result kept on disk for this installation, else ``run()``'s (then kept)."""
+    t0 = time.perf_counter()
+    found = _selftest_store.lookup(features)
+    if found.report is not None:
+        return _selftest.Report.from_stored(found.report, time.perf_counter() - t0)
+    report = run()
+    report.store = found.keep(report.as_dict())
+    report.seconds = time.perf_counter() - t0
     return report
 
 
@@ -583,7 +604,11 @@ def current_options() -> Options | None:
 def selftest_report() -> dict | None:
     """What the install-time self-test found in this process (None before the first
     ``install()``): per feature passed / failure message / results it served, the
-    torch release and the one the extension was built for, and its cost in seconds."""
+    torch release and the one the extension was built for, and its cost in seconds
+    in this process; ``source`` is ``"run"`` or ``"disk"`` (the result kept for this
+    unchanged installation, :mod:`fastfake._selftest_store`) and ``store`` what
+    happened to the kept result (``hit``, ``written``, ``write_failed``,
+    ``unreadable``, ``off``, ``fault``)."""
     return None if _State.selftest is None else _State.selftest.as_dict()
 
 

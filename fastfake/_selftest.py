@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import optree
 import torch
 
-from . import _C, _compat, _fake_prop, _functional, _portable, _rerun, _symnode, _symnode_expr
+from . import _C, _fake_prop, _functional, _portable, _rerun, _symnode, _symnode_expr
 
 #: fastfake features and the counters that show each one served a result.
 FEATURES = {
@@ -64,6 +64,10 @@ class Report:
     served: dict[str, int] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    #: "run" (the programs ran in this process) or "disk" (a result kept for this
+    #: installation, fastfake/_selftest_store.py), and what happened to the store.
+    source: str = "run"
+    store: str = "off"
 
     def as_dict(self) -> dict:
         return {
@@ -74,7 +78,24 @@ class Report:
             "served": dict(self.served),
             "skipped": list(self.skipped),
             "seconds": self.seconds,
+            "source": self.source,
+            "store": self.store,
         }
+
+    @classmethod
+    def from_stored(cls, d: dict, seconds: float) -> Report:
+        """A report kept on disk (validated by the store), as read in ``seconds``."""
+        return cls(
+            torch_version=d["torch_version"],
+            built_for=d["built_for"],
+            passed=dict(d["passed"]),
+            failures=dict(d["failures"]),
+            served=dict(d["served"]),
+            skipped=list(d["skipped"]),
+            seconds=seconds,
+            source="disk",
+            store="hit",
+        )
 
 
 # ---------------------------------------------------------------------------

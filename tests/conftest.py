@@ -1,13 +1,22 @@
 """Shared fixtures: every test starts and ends with fastfake uninstalled and zeroed counters."""
 from __future__ import annotations
 
+import atexit
 import logging
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))  # `import parity` from the test modules
+
+# The self-test result install() keeps on disk (fastfake/_selftest_store.py) goes
+# to a directory of this test run, never the user's cache; subprocesses inherit it.
+_STORE = tempfile.mkdtemp(prefix="fastfake-test-store-")
+os.environ["FASTFAKE_CACHE_DIR"] = _STORE
+atexit.register(shutil.rmtree, _STORE, True)
 
 import torch  # noqa: E402,F401  (fastfake._C needs libc10 loaded; see report)
 

@@ -2,18 +2,20 @@
 process, so a fault injected before ``install()`` is judged there."""
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
 
 
-def in_subprocess(code: str) -> subprocess.CompletedProcess:
-    """Run ``code`` in a fresh interpreter."""
+def in_subprocess(code: str, **env: str) -> subprocess.CompletedProcess:
+    """Run ``code`` in a fresh interpreter (``env``: variables to set there)."""
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
         capture_output=True,
         text=True,
         timeout=600,
+        env={**os.environ, **env},
     )
 
 

@@ -1,0 +1,367 @@
+"""The self-test result kept on disk (fastfake/_selftest_store.py): reused only on an
+unchanged installation in an unchanged process, never when a fault is injected,
+ignored when unreadable, bounded, and never an error."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import types
+
+import pytest
+import torch
+
+import fastfake
+from fastfake import _selftest_store as store
+from faults import in_subprocess
+
+# Prints, after install(): whether the self-test's programs ran in this process
+# (a profile hook on _selftest.run, which changes no code the key covers), the
+# report, and what is in force.
+_PROBE = """
+import json, sys
+import fastfake
+from fastfake import _selftest
+ran = []
+def hook(frame, event, arg):
+    if event == "call" and frame.f_code is _selftest.run.__code__:
+        ran.append(1)
+{before}
+sys.setprofile(hook)
+import warnings
+with warnings.catch_warnings(record=True) as w:
+    warnings.simplefilter("always")
+    fastfake.install()
+sys.setprofile(None)
+from fastfake import _install, _functional
+from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+from torch.fx.experimental.sym_node import SymNode
+r = fastfake.selftest_report()
+print(json.dumps({{
+    "ran": bool(ran),
+    "report": r,
+    "warned": [str(x.message) for x in w if "self-test" in str(x.message)],
+    "in_force": [
+        repr(_install.current_options()),
+        repr(fastfake._C.get_config()),
+        FakeTensorProp.run_node.__module__,
+        type(SymNode.__dict__["expr"]).__module__,
+        _functional.is_installed(),
+    ],
+}}))
+"""
+
+
+def _install_in(tmp, before: str = "", **env) -> dict:
+    r = in_subprocess(_PROBE.format(before=before), FASTFAKE_CACHE_DIR=str(tmp), **env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def _stored(tmp) -> list[str]:
+    d = os.path.join(tmp, "selftest")
+    return sorted(os.listdir(d)) if os.path.isdir(d) else []
+
+
+_SAME = ("torch_version", "built_for", "passed", "failures", "served", "skipped")
+
+
+def test_second_process_reads_the_result_and_installs_the_same(tmp_path):
+    first = _install_in(tmp_path)
+    assert first["ran"] and first["report"]["source"] == "run"
+    assert first["report"]["store"] == "written"
+    assert len(_stored(tmp_path)) == 1
+    second = _install_in(tmp_path)
+    assert not second["ran"], "the programs ran although a result was kept"
+    assert second["report"]["source"] == "disk" and second["report"]["store"] == "hit"
+    assert {k: second["report"][k] for k in _SAME} == {k: first["report"][k] for k in _SAME}
+    assert second["in_force"] == first["in_force"]
+    assert second["report"]["seconds"] < first["report"]["seconds"]
+    # Another hash seed gives the same key (no address or set order in it).
+    third = _install_in(tmp_path, PYTHONHASHSEED="12345")
+    assert not third["ran"] and len(_stored(tmp_path)) == 1
+
+
+def test_a_stored_failure_is_honoured(tmp_path):
+    """The kept result decides as the run did: a feature it failed stays off, with
+    the warning naming it."""
+    _install_in(tmp_path)
+    (name,) = _stored(tmp_path)
+    path = os.path.join(tmp_path, "selftest", name)
+    with open(path) as f:
+        data = json.load(f)
+    data["report"]["passed"]["cache"] = False
+    data["report"]["failures"]["cache"] = "program on cpu: a recorded difference"
+    with open(path, "w") as f:
+        json.dump(data, f)
+    got = _install_in(tmp_path)
+    assert not got["ran"] and got["report"]["passed"]["cache"] is False
+    assert any("'cache', which stays off: program on cpu: a recorded difference" in w for w in got["warned"])
+    assert "cache=False" in got["in_force"][0]
+
+
+@pytest.mark.parametrize(
+    "before",
+    [
+        # A stock method replaced in this process before install().
+        "from torch.fx.experimental.symbolic_shapes import ShapeEnv\n"
+        "_real = ShapeEnv._maybe_evaluate_static\n"
+        "ShapeEnv._maybe_evaluate_static = lambda self, *a, **k: _real(self, *a, **k)",
+        # fastfake's own comparison replaced: the one case a kept result must never hide.
+        "_selftest._first_difference = lambda stock, fast: None",
+        # A stock module-level setting changed.
+        "import torch._subclasses.fake_tensor as ft\nft.CONSTANT_NUMEL_LIMIT = 2",
+        # A torch setting fake propagation reads.
+        "import torch._functorch.config as c\nc.fake_tensor_allow_unsafe_data_ptr_access = "
+        "not c.fake_tensor_allow_unsafe_data_ptr_access",
+        # A feature no longer offered (its proven-source table emptied).
+        "from fastfake import _compat\n_compat.FAKE_PROP_SOURCES.clear()",
+    ],
+    ids=["torch-method", "fastfake-function", "torch-constant", "torch-config", "features"],
+)
+def test_a_changed_process_runs_the_programs(tmp_path, before):
+    _install_in(tmp_path)
+    got = _install_in(tmp_path, before)
+    assert got["ran"] and got["report"]["source"] == "run", got["report"]
+    assert got["report"]["store"] == "written" and len(_stored(tmp_path)) == 2
+
+
+@pytest.mark.parametrize(
+    "inject",
+    ['fastfake._C._inject_fault(1, "device")', 'fastfake._fake_prop._fault = "rebind"'],
+    ids=["c-fault", "python-fault"],
+)
+def test_an_injected_fault_is_judged_not_read(tmp_path, inject):
+    _install_in(tmp_path)
+    got = _install_in(tmp_path, inject)
+    assert got["ran"] and got["report"]["store"] == "fault"
+    assert not all(got["report"]["passed"].values()), got["report"]["passed"]
+    assert len(_stored(tmp_path)) == 1  # a faulty result is not kept
+
+
+def test_switched_off(tmp_path):
+    _install_in(tmp_path)
+    got = _install_in(tmp_path, FASTFAKE_NO_SELFTEST_CACHE="1")
+    assert got["ran"] and got["report"]["store"] == "off" and got["report"]["source"] == "run"
+    empty = tmp_path / "empty"
+    got = _install_in(empty, FASTFAKE_NO_SELFTEST_CACHE="1")
+    assert got["ran"] and _stored(empty) == []
+
+
+def test_unwritable_directory_is_not_an_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a directory")
+    got = _install_in(blocker)
+    assert got["ran"] and got["report"]["store"] == "write_failed"
+    assert all(got["report"]["passed"].values())
+
+
+def test_an_unreadable_file_is_rewritten(tmp_path):
+    _install_in(tmp_path)
+    (name,) = _stored(tmp_path)
+    path = os.path.join(tmp_path, "selftest", name)
+    with open(path) as f:
+        text = f.read()
+    with open(path, "w") as f:
+        f.write(text[: len(text) // 2])  # a truncated write
+    got = _install_in(tmp_path)
+    assert got["ran"] and got["report"]["store"] == "unreadable"
+    assert not _install_in(tmp_path)["ran"]  # rewritten whole
+
+
+# ---------------------------------------------------------------------------
+# In this process: reading, the key's parts, the bound.
+# ---------------------------------------------------------------------------
+
+FEATURES = ["elementwise", "cache"]
+
+
+def _good_report() -> dict:
+    return {
+        "torch_version": torch.__version__,
+        "built_for": fastfake._C.built_for(),
+        "passed": {"elementwise": True, "cache": False, "device": True},
+        "failures": {"cache": "a difference"},
+        "served": {"elementwise": 3, "cache": 0, "device": 2},
+        "skipped": [],
+        "seconds": 1.0,
+    }
+
+
+def _spoil(r: dict, how: str) -> dict:
+    r = json.loads(json.dumps(r))
+    if how == "missing feature":
+        del r["passed"]["cache"], r["served"]["cache"], r["failures"]["cache"]
+    elif how == "extra feature":
+        r["passed"]["other"] = True
+        r["served"]["other"] = 1
+    elif how == "passed not bool":
+        r["passed"]["elementwise"] = 1
+    elif how == "served negative":
+        r["served"]["elementwise"] = -1
+    elif how == "failure without message":
+        del r["failures"]["cache"]
+    elif how == "message for a pass":
+        r["failures"]["elementwise"] = "x"
+    elif how == "other torch":
+        r["torch_version"] = "0.0.0"
+    elif how == "other build":
+        r["built_for"] = "0.0.0"
+    elif how == "skipped not strings":
+        r["skipped"] = [1]
+    elif how == "no seconds":
+        del r["seconds"]
+    return r
+
+
+def _write(path, data) -> None:
+    with open(path, "w") as f:
+        f.write(data if isinstance(data, str) else json.dumps(data))
+
+
+def test_load_accepts_only_a_well_formed_result_for_its_key(tmp_path):
+    path = str(tmp_path / "k.json")
+    assert store.load(path, "k", FEATURES) is None
+    good = {"format": store.FORMAT, "key": "k", "report": _good_report()}
+    _write(path, good)
+    assert store.load(path, "k", FEATURES) == _good_report()
+    bad = [
+        "",
+        "{",
+        "[]",
+        "\xff\xfe",
+        json.dumps({**good, "format": store.FORMAT + 1}),
+        json.dumps({**good, "key": "other"}),
+        json.dumps({**good, "report": None}),
+    ]
+    for how in ("missing feature", "extra feature", "passed not bool", "served negative",
+                "failure without message", "message for a pass", "other torch", "other build",
+                "skipped not strings", "no seconds"):
+        bad.append(json.dumps({**good, "report": _spoil(_good_report(), how)}))
+    for text in bad:
+        _write(path, text)
+        assert store.load(path, "k", FEATURES) == "unreadable", text[:200]
+    with open(path, "wb") as f:
+        f.write(b"\xff\xfe\x00")
+    assert store.load(path, "k", FEATURES) == "unreadable"
+
+
+def test_tree_digest_sees_every_module_change(tmp_path):
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    mod = tmp_path / "pkg" / "sub" / "m.py"
+    mod.write_text("x = 1\n")
+    (tmp_path / "pkg" / "lib.so").write_bytes(b"\0" * 8)
+    root = str(tmp_path / "pkg")
+    seen = {store.tree_digest(root)}
+
+    def changed() -> bool:
+        d = store.tree_digest(root)
+        new = d not in seen
+        seen.add(d)
+        return new
+
+    # Not covered: byte caches, headers, data files.
+    (tmp_path / "pkg" / "__pycache__").mkdir()
+    (tmp_path / "pkg" / "__pycache__" / "m.cpython.pyc").write_bytes(b"x")
+    (tmp_path / "pkg" / "notes.txt").write_text("x")
+    assert not changed()
+    mod.write_text("x = 2\n")  # same size, new time
+    os.utime(mod, ns=(time.time_ns(), time.time_ns() + 10**9))
+    assert changed()
+    mod.write_text("x = 22\n")
+    assert changed()
+    (tmp_path / "pkg" / "lib.so").write_bytes(b"\0" * 9)
+    assert changed()
+    (tmp_path / "pkg" / "sub" / "n.py").write_text("")
+    assert changed()
+    os.unlink(tmp_path / "pkg" / "sub" / "n.py")
+    assert not changed()  # back to an earlier state: the earlier digest
+    os.rename(mod, tmp_path / "pkg" / "m.py")
+    assert changed()
+
+
+def test_module_digest_sees_replaced_code_and_scalars():
+    mod = types.ModuleType("fastfake_probe_mod")
+    exec(
+        "LIMIT = 3\n"
+        "def f(x, y=1):\n    return x + y\n"
+        "class C:\n    flag = True\n"
+        "    def m(self):\n        return {'a', 'b'}\n"
+        "    @property\n    def p(self):\n        return 1\n"
+        "    @staticmethod\n    def s():\n        return (1, 2.5)\n",
+        mod.__dict__,
+    )
+    for v in vars(mod).values():
+        if isinstance(v, type):
+            v.__module__ = mod.__name__
+    seen = {store.module_digest(mod)}
+
+    def changed() -> bool:
+        d = store.module_digest(mod)
+        new = d not in seen
+        seen.add(d)
+        return new
+
+    assert not changed()
+    mod.LIMIT = 4
+    assert changed()
+    mod.f = lambda x, y=1: x + y
+    assert changed()
+    mod.f.__defaults__ = (2,)
+    assert changed()
+    mod.C.m = lambda self: None
+    assert changed()
+    mod.C.p = property(lambda self: 2)
+    assert changed()
+    mod.C.s = staticmethod(lambda: (1, 2.5))
+    assert changed()
+    mod.C.flag = False
+    assert changed()
+    mod.C.extra = len  # a builtin put in place
+    assert changed()
+
+
+def test_components_name_torch_xla_when_imported(tmp_path, monkeypatch):
+    before = store.components(FEATURES)
+    assert before["features"] == "elementwise,cache"
+    xla = tmp_path / "torch_xla"
+    xla.mkdir()
+    (xla / "__init__.py").write_text("")
+    fake = types.ModuleType("torch_xla")
+    fake.__file__ = str(xla / "__init__.py")
+    fake.__version__ = "9.9.9"
+    if "torch_xla" in sys.modules:
+        pytest.skip("torch_xla is imported here")
+    monkeypatch.setitem(sys.modules, "torch_xla", fake)
+    after = store.components(FEATURES)
+    assert before["torch_xla"] == "absent" and after["torch_xla"].startswith("9.9.9 ")
+    assert store.key_of(after) != store.key_of(before)
+    assert store.key_of(store.components(["cache", "elementwise"])) != store.key_of(before)
+
+
+def test_at_most_max_files_are_kept(tmp_path, monkeypatch):
+    monkeypatch.setattr(store, "MAX_FILES", 3)
+    d = tmp_path / "selftest"
+    for i in range(5):
+        assert store.save(str(d / f"k{i}.json"), f"k{i}", {}, _good_report())
+        t = time.time_ns() - (10 - i) * 10**9
+        os.utime(d / f"k{i}.json", ns=(t, t))
+    assert sorted(os.listdir(d)) == ["k2.json", "k3.json", "k4.json"]
+    # Reading one makes it the most recently used.
+    assert store.load(str(d / "k2.json"), "k2", FEATURES) == _good_report()
+    assert store.save(str(d / "k5.json"), "k5", {}, _good_report())
+    assert sorted(os.listdir(d)) == ["k2.json", "k4.json", "k5.json"]
+
+
+def test_directory_follows_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("FASTFAKE_CACHE_DIR", str(tmp_path / "a"))
+    assert store.directory() == str(tmp_path / "a" / "selftest")
+    monkeypatch.delenv("FASTFAKE_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "x"))
+    assert store.directory() == str(tmp_path / "x" / "fastfake" / "selftest")
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "h"))
+    assert store.directory() == str(tmp_path / "h" / ".cache" / "fastfake" / "selftest")
+    monkeypatch.setenv("FASTFAKE_NO_SELFTEST_CACHE", "1")
+    assert store.lookup(FEATURES).outcome == "off"
