@@ -21,7 +21,9 @@
 // tensor snapshot (include_real with a real_tensor), a FakeTensor carrying its
 // own dispatch_keys (copied by 2.14+, dropped before), a mode in kernel
 // invocation, meta already in the thread-local include set, any other key in
-// that set (functorch transforms, ...), a torch-function mode, export's fake
+// that set (functorch transforms, ...), a torch-function mode (make_fx's
+// TorchFunctionMetadataMode sees stock's detach and the tensor property reads in
+// FakeTensor.__new__, and records them on the tracer), export's fake
 // tensor leak tracker, non-strided layouts, devices stock would normalise.
 #include "compat.h"
 #include "fastfake.h"
@@ -53,13 +55,23 @@ bool in_kernel(PyObject* mode) {
 }
 
 // The thread-local include set holds nothing but its default (BackendSelect,
-// ADInplaceOrView) and what torch dispatch modes add (which stock's guards
-// exclude / stash, as the guards here do).
+// ADInplaceOrView), what torch dispatch modes add (which stock's guards exclude /
+// stash, as the guards here do), the Python dispatcher's key (which stock's
+// no_python_dispatcher() and _make_subclass remove for their calls, as the
+// DisablePythonDispatcher guards here do) and Functionalize (AOTAutograd's
+// functionalization: its detach kernel hands a tensor that is no
+// FunctionalTensorWrapper, as a FakeTensor is not, straight to the next key; it
+// stays in the set for both calls here as it does in stock). These are the sets
+// make_fx and AOTAutograd snapshot under.
 bool plain_tls() {
   const auto local = c10::impl::tls_local_dispatch_key_set();
-  const c10::DispatchKeySet modes{
-      c10::DispatchKey::Python, c10::DispatchKey::PythonTLSSnapshot, c10::DispatchKey::PreDispatch};
-  return (local.included_ - modes - c10::default_included_set).empty();
+  const c10::DispatchKeySet allowed{
+      c10::DispatchKey::Python,
+      c10::DispatchKey::PythonTLSSnapshot,
+      c10::DispatchKey::PreDispatch,
+      c10::DispatchKey::PythonDispatcher,
+      c10::DispatchKey::Functionalize};
+  return (local.included_ - allowed - c10::default_included_set).empty();
 }
 
 } // namespace

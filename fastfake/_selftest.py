@@ -281,7 +281,8 @@ def _functional_program(mode, dev: str) -> list:
 
 def _detach_program(mode, dev: str) -> list:
     """The snapshots make_fx and FakeTensorProp take (``snapshot_fake``): of
-    leaves, views, other dtypes, symbolic sizes, an inference tensor; then the
+    leaves, views, other dtypes, symbolic sizes, an inference tensor, also under
+    the Python dispatcher with functionalization on (as in AOTAutograd); then the
     version counter they share with their input (after an in-place op on it); and
     the node metadata of a make_fx graph and of FakeTensorProp over it."""
     from torch._subclasses.fake_tensor import unset_fake_temporarily
@@ -302,6 +303,16 @@ def _detach_program(mode, dev: str) -> list:
     if dev == "cpu":  # (slicing a fake cuda tensor needs CUDA in the torch build)
         sources.append(("slice", x[1:]))
     snaps = [(name, t, snapshot_fake(t)) for name, t in sources]
+    # As AOTAutograd snapshots: the Python dispatcher on and functionalization's
+    # key in the thread-local include set.
+    from torch._dispatch.python import enable_python_dispatcher
+
+    with enable_python_dispatcher():
+        torch._enable_functionalization(reapply_views=True)
+        try:
+            snaps += [(f"{name} (functionalizing)", t, snapshot_fake(t)) for name, t in sources]
+        finally:
+            torch._disable_functionalization()
     b.add_(1)
     s.mul_(2)
     for name, t, snap in snaps:

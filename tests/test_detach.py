@@ -5,6 +5,7 @@ counter (shared with the input), key set, ``__dict__``, leaf / view / inference
 state -- and everything it does not cover goes to stock, errors included."""
 from __future__ import annotations
 
+import contextlib
 import random
 
 import pytest
@@ -148,10 +149,80 @@ def test_random_sequence_matches_stock():
     pool.append((modes[1], modes[1].from_tensor(torch.empty(5, 7))))
     for _ in range(400):
         m, t = rng.choice(pool)
-        got = assert_same(m, t)
+        if rng.random() < 0.3:
+            with functionalizing():
+                got = assert_same(m, t)
+        else:
+            got = assert_same(m, t)
         if rng.random() < 0.3 and t.dim() > 0 and t.shape[0] != 0:
             with m:
                 pool.append((m, got[: t.shape[0] - 1] if rng.random() < 0.5 else got.transpose(0, -1)))
+
+
+@contextlib.contextmanager
+def functionalizing():
+    """The thread-local state AOTAutograd snapshots under: the Python dispatcher on
+    and functionalization's key in the include set."""
+    from torch._dispatch.python import enable_python_dispatcher
+
+    with enable_python_dispatcher():
+        torch._enable_functionalization(reapply_views=True)
+        try:
+            yield
+        finally:
+            torch._disable_functionalization()
+
+
+def test_functionalizing_state_matches_stock():
+    env = ShapeEnv()
+    modes = [FakeTensorMode(), FakeTensorMode(shape_env=env)]
+    with modes[0]:
+        srcs = [(modes[0], t) for t in _sources(modes[0]) + _sources(modes[0], "cuda")]
+    s = modes[1].from_tensor(torch.empty(4, 6))
+    with modes[1]:
+        srcs += [(modes[1], t) for t in (s, s[1:], s.t(), s * 2)]
+    with functionalizing():
+        tls = _dispatch_tls()
+        assert "Functionalize" in tls[0] and "PythonDispatcher" in tls[0], tls
+        for m, x in srcs:
+            assert_same(m, x)
+
+
+def test_aot_autograd_graphs_identical():
+    """AOTAutograd (make_fx under functionalization, forward and backward): its
+    snapshots are served, and graphs and node metadata are stock's."""
+    from functorch.compile import aot_function, make_boxed_func
+
+    def f(a, w, b):
+        h = torch.relu(a @ w + b)
+        return (h.t().contiguous().view(-1) * 2).sum() + h[1:].mean()
+
+    def run(dynamic):
+        graphs = []
+
+        def keep(gm, _inputs):
+            meta = [(n.name, n.op, str(n.target), str(n.meta.get("val")),
+                     tuple(map(str, n.meta["val"].stride())) if isinstance(n.meta.get("val"), torch.Tensor) else None,
+                     n.meta.get("torch_fn"))
+                    for n in gm.graph.nodes]
+            graphs.append((gm.code, meta))
+            return make_boxed_func(gm)
+
+        torch.manual_seed(0)
+        args = (torch.randn(4, 6, requires_grad=True), torch.randn(6, 3, requires_grad=True), torch.randn(3))
+        g = aot_function(f, fw_compiler=keep, bw_compiler=keep, dynamic=dynamic)
+        g(*args).backward()
+        return graphs
+
+    for dynamic in (False, True):
+        fastfake.reset_stats()
+        fast = run(dynamic)
+        assert fastfake.stats()["detach.fast"] > 0, fastfake.stats()
+        fastfake.uninstall()
+        stock = run(dynamic)
+        fastfake.install()
+        assert len(fast) == len(stock) == 2
+        assert fast == stock
 
 
 def _stock_outcome(fn, *args):
