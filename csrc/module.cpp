@@ -4,6 +4,7 @@
 #include "portable.h"
 #include "rerun.h"
 #include "symnode_expr.h"
+#include "symnode_int.h"
 #include "symnode_memo.h"
 
 #include <pybind11/pybind11.h>
@@ -214,6 +215,20 @@ PYBIND11_MODULE(_C, m) {
     symnode_expr_set_counts(c);
   });
   m.def(
+      "setup_symnode_int",
+      [](py::handle symnode, py::handle stock) { symnode_int_setup(symnode.ptr(), stock.ptr()); },
+      "Bind the SymNode class the C-level SymNode.maybe_as_int serves exactly, and stock's "
+      "function for everything else.");
+  m.def(
+      "symnode_int_method",
+      []() { return steal_or_throw(symnode_int_method()); },
+      "What SymNode.maybe_as_int becomes: a method computing stock's body in C.");
+  m.def("set_symnode_int_check", [](py::handle check) { symnode_int_set_check(check.ptr()); });
+  m.def("symnode_int_counts", []() { return symnode_int_counts(); });
+  m.def("symnode_int_set_counts", [](const std::map<std::string, uint64_t>& c) {
+    symnode_int_set_counts(c);
+  });
+  m.def(
       "set_portable",
       [](bool on) { return portable_set(on); },
       "Serve and record symbolic entries across ShapeEnvs; returns the previous setting.");
@@ -371,10 +386,12 @@ PYBIND11_MODULE(_C, m) {
           symnode_memo_inject_fault(n);
         } else if (kind == "symnode_expr") {
           symnode_expr_inject_fault(n);
+        } else if (kind == "symnode_int") {
+          symnode_int_inject_fault(n);
         } else {
           throw py::value_error(
               "_inject_fault: kind is 'dtype', 'device', 'convert', 'portable', 'rerun', "
-              "'symnode' or 'symnode_expr'");
+              "'symnode', 'symnode_expr' or 'symnode_int'");
         }
       },
       py::arg("n"),
@@ -384,7 +401,8 @@ PYBIND11_MODULE(_C, m) {
       "n conversions, or serve the next n portable entries from stock's hit recipe, or "
       "leave the inputs of the next n served rerun calls without the kernel's memoised values, "
       "or give the next n SymNodes served from the memo the other optimized-summation flag, "
-      "or answer the next n SymNode.expr reads after a replacement with the unreplaced _expr.");
+      "or answer the next n SymNode.expr reads after a replacement with the unreplaced _expr, "
+      "or answer None for the next n SymNode.maybe_as_int calls whose answer is an int.");
   m.def(
       "_faults_requested",
       []() { return g_faults_requested; },

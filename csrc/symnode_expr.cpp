@@ -259,6 +259,12 @@ bool ready() {
 
 } // namespace
 
+int symnode_is_number(PyObject* expr) {
+  if (s.is_number == nullptr) s.is_number = PyUnicode_InternFromString("is_number");
+  if (s.is_number == nullptr) return -1;
+  return is_constant(expr, ExprRule::IsNumber);
+}
+
 void symnode_expr_setup(PyObject* symnode_type) {
   if (s.expr_attr == nullptr) {
     s.expr_attr = PyUnicode_InternFromString("_expr");
@@ -267,7 +273,7 @@ void symnode_expr_setup(PyObject* symnode_type) {
     s.cache = PyUnicode_InternFromString("_expr_cache");
     s.ver = PyUnicode_InternFromString("_expr_ver");
     s.replace = PyUnicode_InternFromString("replace");
-    s.is_number = PyUnicode_InternFromString("is_number");
+    if (s.is_number == nullptr) s.is_number = PyUnicode_InternFromString("is_number");
     s.is_Number = PyUnicode_InternFromString("is_Number");
     s.is_Boolean = PyUnicode_InternFromString("is_Boolean");
     s.is_Atom = PyUnicode_InternFromString("is_Atom");

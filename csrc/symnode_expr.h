@@ -28,7 +28,11 @@ void symnode_expr_setup(PyObject* symnode_type);
 PyObject* symnode_expr_descriptor(PyObject* stock, int rule);
 // crosscheck: check(node, served) after every served read (None: off).
 void symnode_expr_set_check(PyObject* check);
-// The `is_number` memo (2.13's rule): entries, bound, clearing.
+// `expr.is_number` as a truth value (1 / 0, -1 with the exception set),
+// memoised on the expression's identity: 2.13's constant test, and the test of
+// SymNode.maybe_as_int on every release (csrc/symnode_int.cpp).
+int symnode_is_number(PyObject* expr);
+// The `is_number` memo: entries, bound, clearing.
 size_t symnode_expr_memo_size();
 size_t symnode_expr_set_max(size_t n);
 void symnode_expr_clear();

@@ -237,6 +237,27 @@ def symnode_expr_counts() -> dict[str, int]:
 def symnode_expr_set_counts(counts: dict[str, int]) -> None:
     """Put saved counts back (missing names are zero)."""
 
+def setup_symnode_int(symnode: type, stock: Any) -> None:
+    """Bind the SymNode class :func:`symnode_int_method` serves exactly and stock's
+    ``maybe_as_int`` function, called for anything else (csrc/symnode_int.cpp,
+    fastfake/_symnode_int.py)."""
+
+def symnode_int_method() -> Any:
+    """What ``SymNode.maybe_as_int`` becomes: an instance method over a C function
+    computing stock's body (``self.expr``, its ``is_number`` -- memoised on the
+    expression's identity, the memo of :func:`symnode_expr_memo_size` --, then
+    ``int(self.expr)`` or None). Class access gives the C function itself."""
+
+def set_symnode_int_check(check: Any) -> None:
+    """crosscheck: ``check(node, served)`` after every served call (None: off)."""
+
+def symnode_int_counts() -> dict[str, int]:
+    """``served`` (exact SymNodes) and ``stock.type`` (anything else, handed to
+    stock's function)."""
+
+def symnode_int_set_counts(counts: dict[str, int]) -> None:
+    """Put saved counts back (missing names are zero)."""
+
 def setup_detach(stock: Any) -> None:
     """Bind stock's ``fast_detach`` (called for every case :func:`fast_detach` does
     not serve)."""
@@ -323,7 +344,8 @@ def _inject_fault(n: int, kind: str = "dtype") -> None:
     kernel memoised on them; ``kind="symnode"``: the next ``n`` SymNodes served from
     the SymNode memo get the other optimized-summation flag; ``kind="symnode_expr"``:
     the next ``n`` ``SymNode.expr`` reads after a replacement answer the unreplaced
-    ``_expr``."""
+    ``_expr``; ``kind="symnode_int"``: the next ``n`` ``SymNode.maybe_as_int`` calls
+    whose answer is an int answer None."""
 
 def _faults_requested() -> int:
     """Testing only: how many non-zero faults :func:`_inject_fault` was asked for in

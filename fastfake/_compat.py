@@ -376,3 +376,24 @@ def symnode_expr_rule() -> int | None:
     if its source is not one fastfake was proven on."""
     entry = SYMNODE_EXPR_SOURCES.get(symnode_expr_source_digest() or "")
     return entry[0] if entry else None
+
+
+#: Digests of stock's ``SymNode.maybe_as_int`` fastfake computes in C
+#: (fastfake/_symnode_int.py); the body is the same on every release, 2.9 has no
+#: return annotation.
+SYMNODE_MAYBE_AS_INT_SOURCES: dict[str, str] = {
+    "5a38e20423b33298": "2.13.0, 2.14.1, 2.15.0",
+    "ebb8d60c80010287": "2.9.0",
+}
+
+
+@functools.cache
+def symnode_maybe_as_int_source_digest(fn: object) -> str | None:
+    """Digest of ``fn``, stock's ``SymNode.maybe_as_int`` (None if unreadable)."""
+    import hashlib
+
+    try:
+        text = _normalised_source(fn)
+    except (OSError, TypeError):
+        return None
+    return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -25,6 +25,7 @@ from . import (
     _symnode,
     _fake_prop,
     _symnode_expr,
+    _symnode_int,
 )
 from ._compat import SUPPORTED_TORCH_VERSIONS
 
@@ -203,7 +204,8 @@ def install(
     * with either of them, SymNode binary arithmetic is memoised
       (:mod:`fastfake._symnode`; ``FASTFAKE_NO_SYMNODE_MEMO=1``), ``SymNode.expr``
       is computed in C (:mod:`fastfake._symnode_expr`; ``FASTFAKE_NO_SYMNODE_EXPR=1``)
-      and ``FakeTensorProp`` runs its nodes without the interpreter's no-op wrappers
+      and so is ``SymNode.maybe_as_int`` (:mod:`fastfake._symnode_int`;
+      ``FASTFAKE_NO_SYMNODE_INT=1``), and ``FakeTensorProp`` runs its nodes without the interpreter's no-op wrappers
       (:mod:`fastfake._fake_prop`; ``FASTFAKE_NO_FAKE_PROP=1``), each where the
       stock source is one it was proven on and the self-test agrees.
     * under ``allow_non_fake_inputs=True`` both serve calls with real tensor
@@ -283,6 +285,10 @@ def install(
         (opts.elementwise or opts.cache) and _symnode_expr_allowed(_State.selftest),
         crosscheck=opts.crosscheck,
     )
+    _patch_symnode_int(
+        (opts.elementwise or opts.cache) and _symnode_int_allowed(_State.selftest),
+        crosscheck=opts.crosscheck,
+    )
     _State.options = opts
     _State.requested = requested
 
@@ -358,6 +364,20 @@ def _patch_symnode_expr(on: bool, crosscheck: bool = False) -> None:
     from torch.fx.experimental.sym_node import SymNode
 
     _patch(SymNode, "expr", _symnode_expr.descriptor(crosscheck=crosscheck) if on else None)
+
+
+def _symnode_int_allowed(report) -> bool:
+    return not _env_flag("FASTFAKE_NO_SYMNODE_INT") and report.passed.get("symnode_int", False)
+
+
+def _patch_symnode_int(on: bool, crosscheck: bool = False) -> None:
+    """``SymNode.maybe_as_int``, patched with the C function (fastfake/_symnode_int.py)
+    and restored like every other patched attribute."""
+    if not _symnode_int.available():
+        return
+    from torch.fx.experimental.sym_node import SymNode
+
+    _patch(SymNode, "maybe_as_int", _symnode_int.method(crosscheck=crosscheck) if on else None)
 
 
 def _patch_fast_detach(replacement: object | None) -> None:
@@ -455,9 +475,12 @@ def _run_selftest(ft) -> _selftest.Report:
             _patch_fake_prop(True)
         if feature == "symnode_expr":
             _patch_symnode_expr(True)
+        if feature == "symnode_int":
+            _patch_symnode_int(True)
         try:
             yield
         finally:
+            _patch_symnode_int(False)
             _patch_symnode_expr(False)
             _patch_fake_prop(False)
             _patch_symnode(False)
@@ -484,6 +507,8 @@ def _run_selftest(ft) -> _selftest.Report:
         features.append("fake_prop")
     if _symnode_expr.available():
         features.append("symnode_expr")
+    if _symnode_int.available():
+        features.append("symnode_int")
     report = _stored_or_run(features, lambda: _selftest.run(only, _original(ft.FakeTensor, "device"), features))
     for feature, why in report.failures.items():
         warnings.warn(
@@ -555,6 +580,7 @@ def _configure_off() -> None:
     _C.set_symnode_memo(False)
     _C.set_symnode_memo_check(None)
     _C.set_symnode_expr_check(None)
+    _C.set_symnode_int_check(None)
 
 
 def uninstall() -> None:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import optree
 import torch
 
-from . import _C, _fake_prop, _functional, _portable, _rerun, _symnode, _symnode_expr
+from . import _C, _fake_prop, _functional, _portable, _rerun, _symnode, _symnode_expr, _symnode_int
 
 #: fastfake features and the counters that show each one served a result.
 FEATURES = {
@@ -48,6 +48,7 @@ FEATURES = {
     "symnode_memo": ("symnode.memo.hit",),
     "fake_prop": ("fake_prop.fast",),
     "symnode_expr": ("symnode.expr.served",),
+    "symnode_int": ("symnode.int.served",),
 }
 
 
@@ -406,6 +407,38 @@ def _symnode_expr_program(mode, dev: str) -> list:
     return out
 
 
+def _symnode_int_program(mode, dev: str) -> list:
+    """``SymNode.maybe_as_int`` of symbols, products, sums, floor divisions, float
+    and boolean nodes and constants (integer, float, a number that is not a sympy
+    Number), before and after a replacement and a specialisation, each asked twice;
+    plus the int sizes of a tensor built from those SymInts (what C++ asks)."""
+    import sympy
+    from torch.fx.experimental.sym_node import SymNode
+
+    x = _symbolic_input(mode, dev, 6, 6, 4)
+    a, b, c = x.shape
+    env = mode.shape_env
+    nodes = [a.node, b.node, c.node, (a * b).node, (a + b * c).node, ((a * b) // c).node,
+             (a < b * c).node, (a / c).node, SymNode(sympy.Integer(5), env, int, 5),
+             SymNode(sympy.Float(2.5), env, float, 2.5),
+             SymNode(sympy.Integer(3) + sympy.sqrt(2), env, float, 3 + 2**0.5)]
+
+    def ask(when: str) -> tuple:
+        return (when, [repr(n.maybe_as_int()) for n in nodes])
+
+    out = []
+    for when in ("before replacements", "again"):
+        out.append((when, (), ask(when)))
+    torch._check(a == b)
+    out.append(("after a replacement", (), ask("after a replacement")))
+    torch._check(c == 4)
+    for when in ("after a specialisation", "again"):
+        out.append((when, (), ask(when)))
+    y = x.new_empty(a * b, c)
+    out.append(("sizes through C++", (x,), (y, [repr(s) for s in y.shape])))
+    return out
+
+
 def _summary(v) -> str:
     """A value of another mode's ShapeEnv, as text (the describer knows one mode)."""
     if isinstance(v, torch.Tensor):
@@ -491,6 +524,7 @@ def _groups() -> list[tuple[str, Program, bool, tuple[str, ...]]]:
         ("symnode_memo", _symnode_program, True, ("cpu",)),
         ("fake_prop", _fake_prop_program, True, ("cpu",)),
         ("symnode_expr", _symnode_expr_program, True, ("cpu",)),
+        ("symnode_int", _symnode_int_program, True, ("cpu",)),
     ]
 
 
@@ -665,6 +699,7 @@ def run(
     symnode_before = _symnode.saved_counters()
     fake_prop_before = _fake_prop.saved_counters()
     expr_before = _symnode_expr.saved_counters()
+    int_before = _symnode_int.saved_counters()
     device_ok = True
     device_msg = ""
     device_served = 0
@@ -686,6 +721,7 @@ def run(
                     _symnode.reset_counters()
                     _fake_prop.reset_counters()
                     _symnode_expr.reset_counters()
+                    _symnode_int.reset_counters()
                     tls = _dispatch_tls()
                     with torch._C._PreserveDispatchKeyGuard():
                         with fast(feature):
@@ -700,6 +736,7 @@ def run(
                     counts.update(_symnode.counters())
                     counts.update(_fake_prop.counters())
                     counts.update(_symnode_expr.counters())
+                    counts.update(_symnode_int.counters())
                     served += _served(counts, feature)
                     device_served += _served(counts, "device")
                     diff = _first_difference(stock, got)
@@ -729,6 +766,7 @@ def run(
         _fake_prop.restore_counters(fake_prop_before)
         _C.symnode_expr_clear()
         _symnode_expr.restore_counters(expr_before)
+        _symnode_int.restore_counters(int_before)
     report.passed["device"] = device_ok
     report.served["device"] = device_served
     if not device_ok:

@@ -1,7 +1,7 @@
 """Counters: fastfake.stats() / fastfake.reset_stats()."""
 from __future__ import annotations
 
-from . import _C, _fake_prop, _functional, _portable, _rerun, _symnode, _symnode_expr
+from . import _C, _fake_prop, _functional, _portable, _rerun, _symnode, _symnode_expr, _symnode_int
 
 
 def stats() -> dict[str, int]:
@@ -18,7 +18,8 @@ def stats() -> dict[str, int]:
     count the SymNode binary ops served from the memo (fastfake/_symnode.py),
     ``fake_prop.*`` the FakeTensorProp nodes run without the interpreter's wrappers
     (fastfake/_fake_prop.py), ``symnode.expr.*`` the ``SymNode.expr`` reads served in
-    C (fastfake/_symnode_expr.py).
+    C (fastfake/_symnode_expr.py), ``symnode.int.*`` the ``SymNode.maybe_as_int``
+    calls served in C (fastfake/_symnode_int.py).
     """
     out = {name: int(value) for name, value in _C.counters()}
     out.update(_functional.counters())
@@ -27,6 +28,7 @@ def stats() -> dict[str, int]:
     out.update(_symnode.counters())
     out.update(_fake_prop.counters())
     out.update(_symnode_expr.counters())
+    out.update(_symnode_int.counters())
     from ._install import _State
 
     report = _State.selftest
@@ -46,6 +48,7 @@ def reset_stats() -> None:
     _symnode.reset_counters()
     _fake_prop.reset_counters()
     _symnode_expr.reset_counters()
+    _symnode_int.reset_counters()
 
 
 def elementwise_report() -> dict[str, dict]:

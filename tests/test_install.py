@@ -110,7 +110,7 @@ def test_install_touches_only_the_patched_attributes(stock):
     before = _snapshot()
     fastfake.install()
     during = _snapshot()
-    from fastfake import _fake_prop, _symnode, _symnode_expr
+    from fastfake import _fake_prop, _symnode, _symnode_expr, _symnode_int
     from torch.fx.experimental.sym_node import SymNode
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
@@ -118,10 +118,13 @@ def test_install_touches_only_the_patched_attributes(stock):
     patched = ("__torch_dispatch__", "device", "_output_from_cache_entry", "cache_info", "cache_clear")
     # SymNode.expr (fastfake/_symnode_expr.py), FakeTensorProp.run_node (fastfake/_fake_prop.py)
     patched += ("expr",) * _symnode_expr.available() + ("run_node",) * _fake_prop.available()
+    patched += ("maybe_as_int",) * _symnode_int.available()  # fastfake/_symnode_int.py
     _assert_identical(before, during, ignore=patched + hooked)
     assert all(during[SymNode][k] is not before[SymNode][k] for k in hooked)
     if _symnode_expr.available():
         assert type(during[SymNode]["expr"]).__name__ == "SymNodeExprDescriptor"
+    if _symnode_int.available():
+        assert type(during[SymNode]["maybe_as_int"]).__name__ == "instancemethod"
     if _fake_prop.available():
         assert during[FakeTensorProp]["run_node"] is _fake_prop.run_node
         assert during[torch.fx.Interpreter]["run_node"] is before[torch.fx.Interpreter]["run_node"]

@@ -12,7 +12,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import fastfake
-from fastfake import _compat, _fake_prop, _symnode, _symnode_expr
+from fastfake import _compat, _fake_prop, _symnode, _symnode_expr, _symnode_int
 from faults import fault_turns_off_only, in_subprocess
 
 
@@ -41,6 +41,8 @@ def test_passes_here_and_every_feature_served():
         expected.add("fake_prop")
     if _symnode_expr.available():
         expected.add("symnode_expr")
+    if _symnode_int.available():
+        expected.add("symnode_int")
     assert set(report["passed"]) == expected
     assert all(report["passed"].values())
     # Each feature served results itself, so the comparison proved something.

@@ -47,6 +47,7 @@ print(json.dumps({{
         repr(fastfake._C.get_config()),
         FakeTensorProp.run_node.__module__,
         type(SymNode.__dict__["expr"]).__module__,
+        type(SymNode.__dict__["maybe_as_int"]).__name__,
         _functional.is_installed(),
     ],
 }}))

@@ -30,7 +30,7 @@ from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, Stateles
 
 import fastfake
 import parity
-from fastfake import _C, _symnode, _symnode_expr
+from fastfake import _C, _symnode, _symnode_expr, _symnode_int
 from test_stateful import _clear_shape_env_method_caches
 
 pytestmark = pytest.mark.skipif(
@@ -437,8 +437,10 @@ def test_uninstall_restores_symnode_methods():
     during = dict(vars(SymNode))
     hooked = set(_symnode.hooks())
     assert hooked and all(during[k] is not before[k] for k in hooked)
-    # (`expr` is the C-level descriptor of fastfake/_symnode_expr.py)
+    # (`expr` is the C-level descriptor of fastfake/_symnode_expr.py, `maybe_as_int`
+    # the C function of fastfake/_symnode_int.py)
     patched = hooked | ({"expr"} if _symnode_expr.available() else set())
+    patched |= {"maybe_as_int"} if _symnode_int.available() else set()
     assert all(during[k] is before[k] for k in before if k not in patched)
     assert "_mod" not in hooked
     fastfake.uninstall()
@@ -469,7 +471,8 @@ def test_unknown_source_is_not_offered():
         before = dict(vars(SymNode))
         fastfake.install()
         assert "symnode_memo" not in fastfake.selftest_report()["passed"]
-        assert all(vars(SymNode)[k] is v for k, v in before.items() if k != "expr")  # (_symnode_expr)
+        # (expr: fastfake/_symnode_expr.py; maybe_as_int: fastfake/_symnode_int.py)
+        assert all(vars(SymNode)[k] is v for k, v in before.items() if k not in ("expr", "maybe_as_int"))
         print("ok")
         """
     )

@@ -1,0 +1,80 @@
+"""``SymNode.maybe_as_int`` in C.
+
+c10's ``PythonSymNodeImpl`` asks the Python SymNode ``maybe_as_int()`` for every
+SymInt that crosses into C++ (the arguments of every op with symbolic sizes, the
+sizes of every FakeTensor and FunctionalTensor wrapper built, proxy tracing's
+size reads), and Python code asks it too: ~3 % of a ``dynamic=True`` BERT
+``aot_eager`` compile. Stock's method reads ``self.expr.is_number`` -- sympy's
+property, which walks the expression's arguments in Python, uncached -- and then
+``int(self.expr)``.
+
+``install()`` replaces it on the ``SymNode`` class with
+``fastfake._C.symnode_int_method()`` (``csrc/symnode_int.cpp``): the same reads in
+the same order (``self.expr`` through whatever ``SymNode.expr`` is, ``is_number``,
+``self.expr`` again, ``int()``), with ``is_number`` memoised on the expression's
+identity (the memo of :mod:`fastfake._symnode_expr`; sympy expressions are
+immutable). Exact ``SymNode`` instances only; anything else calls stock's function.
+
+Offered only where stock's method is source-identical to one it was proven on
+(:data:`fastfake._compat.SYMNODE_MAYBE_AS_INT_SOURCES`: 2.9.0; 2.13.0, 2.14.1 and
+2.15.0 share one), and after the install-time self-test (feature ``symnode_int``).
+``FASTFAKE_NO_SYMNODE_INT=1`` turns it off.
+
+Counters (``stats()``): ``symnode.int.served``, ``symnode.int.stock.type`` (not
+exactly a SymNode).
+"""
+from __future__ import annotations
+
+from . import _C, _compat
+
+
+def stock_function():
+    """Stock's ``SymNode.maybe_as_int`` (also while fastfake's is in place)."""
+    from torch.fx.experimental.sym_node import SymNode
+
+    from ._install import _State
+
+    return _State.originals.get((SymNode, "maybe_as_int"), SymNode.__dict__.get("maybe_as_int"))
+
+
+def available() -> bool:
+    fn = stock_function()
+    return fn is not None and _compat.symnode_maybe_as_int_source_digest(fn) in _compat.SYMNODE_MAYBE_AS_INT_SOURCES
+
+
+def method(*, crosscheck: bool = False):
+    """What ``SymNode.maybe_as_int`` becomes."""
+    from torch.fx.experimental.sym_node import SymNode
+
+    _C.setup_symnode_int(SymNode, stock_function())
+    _C.set_symnode_int_check(check if crosscheck else None)
+    return _C.symnode_int_method()
+
+
+def counters() -> dict[str, int]:
+    return {f"symnode.int.{k}": v for k, v in _C.symnode_int_counts().items()}
+
+
+def reset_counters() -> None:
+    _C.symnode_int_set_counts({})
+
+
+def saved_counters() -> dict[str, int]:
+    return dict(_C.symnode_int_counts())
+
+
+def restore_counters(saved: dict[str, int]) -> None:
+    _C.symnode_int_set_counts(saved)
+
+
+def check(node, served) -> bool:
+    """crosscheck: stock's method on the same node gives the same answer."""
+    from ._crosscheck import CrosscheckError
+
+    stock = stock_function()(node)
+    if type(stock) is not type(served) or stock != served:
+        raise CrosscheckError(
+            f"fastfake crosscheck: SymNode.maybe_as_int of {node._expr!r} differs from stock: "
+            f"fastfake {served!r}, stock {stock!r}"
+        )
+    return True
