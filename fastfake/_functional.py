@@ -76,7 +76,11 @@ def reset_counters() -> None:
         _counts[k] = 0
 
 
-def set_counters(values: dict[str, int]) -> None:
+def saved_counters() -> dict[str, int]:
+    return dict(_counts)
+
+
+def restore_counters(values: dict[str, int]) -> None:
     _counts.update(values)
 
 

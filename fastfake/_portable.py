@@ -69,6 +69,15 @@ def reset_counters() -> None:
     _counts.clear()
 
 
+def saved_counters() -> Counter:
+    return Counter(_counts)
+
+
+def restore_counters(saved: Counter) -> None:
+    _counts.clear()
+    _counts.update(saved)
+
+
 def fingerprint(env: Any) -> tuple:
     """Sizes and version counters of everything a fake kernel can add to a ShapeEnv."""
     return (

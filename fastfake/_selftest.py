@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 import optree
 import torch
 
-from . import _C, _fake_prop, _functional, _portable, _rerun, _symnode, _symnode_expr, _symnode_int
+from . import _C, _counters, _functional, _symnode
 
 #: fastfake features and the counters that show each one served a result.
 FEATURES = {
@@ -693,13 +693,7 @@ def run(
     report = Report(torch_version=torch.__version__, built_for=_C.built_for())
     t0 = time.perf_counter()
     counters_before = [v for _, v in _C.counters()]
-    functional_before = _functional.counters()
-    portable_before = dict(_portable._counts)
-    rerun_before = _rerun.saved_counters()
-    symnode_before = _symnode.saved_counters()
-    fake_prop_before = _fake_prop.saved_counters()
-    expr_before = _symnode_expr.saved_counters()
-    int_before = _symnode_int.saved_counters()
+    python_before = _counters.saved()
     device_ok = True
     device_msg = ""
     device_served = 0
@@ -715,13 +709,7 @@ def run(
                         report.skipped.append(f"{feature} on {dev}: stock raised {type(stock).__name__}")
                         continue
                     _C.reset_counters()
-                    _functional.reset_counters()
-                    _portable.reset_counters()
-                    _rerun.reset_counters()
-                    _symnode.reset_counters()
-                    _fake_prop.reset_counters()
-                    _symnode_expr.reset_counters()
-                    _symnode_int.reset_counters()
+                    _counters.reset()
                     tls = _dispatch_tls()
                     with torch._C._PreserveDispatchKeyGuard():
                         with fast(feature):
@@ -730,13 +718,7 @@ def run(
                     if tls_after != tls and not isinstance(got, Exception):
                         got = RuntimeError(f"thread-local dispatch keys changed: {tls} -> {tls_after}")
                     counts = dict(_C.counters())
-                    counts.update(_functional.counters())
-                    counts.update(_portable.counters())
-                    counts.update(_rerun.counters())
-                    counts.update(_symnode.counters())
-                    counts.update(_fake_prop.counters())
-                    counts.update(_symnode_expr.counters())
-                    counts.update(_symnode_int.counters())
+                    counts.update(_counters.counters())
                     served += _served(counts, feature)
                     device_served += _served(counts, "device")
                     diff = _first_difference(stock, got)
@@ -757,16 +739,9 @@ def run(
         _C.forget_signatures()
         _C.set_counters(counters_before)
         _functional.clear()
-        _functional.set_counters(functional_before)
-        _portable._counts.clear()
-        _portable._counts.update(portable_before)
-        _rerun.restore_counters(rerun_before)
         _C.symnode_memo_clear()
-        _symnode.restore_counters(symnode_before)
-        _fake_prop.restore_counters(fake_prop_before)
         _C.symnode_expr_clear()
-        _symnode_expr.restore_counters(expr_before)
-        _symnode_int.restore_counters(int_before)
+        _counters.restore(python_before)
     report.passed["device"] = device_ok
     report.served["device"] = device_served
     if not device_ok:

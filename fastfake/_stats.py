@@ -1,7 +1,7 @@
 """Counters: fastfake.stats() / fastfake.reset_stats()."""
 from __future__ import annotations
 
-from . import _C, _fake_prop, _functional, _portable, _rerun, _symnode, _symnode_expr, _symnode_int
+from . import _C, _counters
 
 
 def stats() -> dict[str, int]:
@@ -22,13 +22,7 @@ def stats() -> dict[str, int]:
     calls served in C (fastfake/_symnode_int.py).
     """
     out = {name: int(value) for name, value in _C.counters()}
-    out.update(_functional.counters())
-    out.update(_portable.counters())
-    out.update(_rerun.counters())
-    out.update(_symnode.counters())
-    out.update(_fake_prop.counters())
-    out.update(_symnode_expr.counters())
-    out.update(_symnode_int.counters())
+    out.update(_counters.counters())
     from ._install import _State
 
     report = _State.selftest
@@ -42,13 +36,7 @@ def stats() -> dict[str, int]:
 def reset_stats() -> None:
     """Set every counter back to zero."""
     _C.reset_counters()
-    _functional.reset_counters()
-    _portable.reset_counters()
-    _rerun.reset_counters()
-    _symnode.reset_counters()
-    _fake_prop.reset_counters()
-    _symnode_expr.reset_counters()
-    _symnode_int.reset_counters()
+    _counters.reset()
 
 
 def elementwise_report() -> dict[str, dict]:
