@@ -65,3 +65,27 @@ def unknown_source_stays_stock(table: str, feature: str, *, still_on: str) -> No
     )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "feature: False" in r.stdout and "on: False" in r.stdout, r.stdout
+
+
+def switches_restore_stock(owner: type, name: str, stock: object, env_var: str) -> None:
+    """``owner.<name>`` is fastfake's after ``install()``, and the identical ``stock``
+    object after ``uninstall()``, with ``env_var`` set, and when neither elementwise
+    nor cache is asked for (run in a test whose fixture leaves fastfake uninstalled)."""
+    import os
+
+    import fastfake
+
+    fastfake.install()
+    assert vars(owner)[name] is not stock
+    fastfake.uninstall()
+    assert vars(owner)[name] is stock
+    os.environ[env_var] = "1"
+    try:
+        fastfake.install()
+        assert vars(owner)[name] is stock
+        fastfake.uninstall()
+    finally:
+        del os.environ[env_var]
+    fastfake.install(elementwise=False, cache=False)
+    assert vars(owner)[name] is stock
+    fastfake.uninstall()

@@ -100,6 +100,22 @@ def error_outcome(exc: BaseException) -> tuple[str, str, str]:
     return ("error", type(exc).__name__, msg)
 
 
+def outcome(fn: Callable[[], Any]) -> tuple:
+    """``("ok", fn())``, or stock-comparable ``error_outcome`` of what it raised."""
+    try:
+        return ("ok", fn())
+    except Exception as e:  # noqa: BLE001 - compared with stock's
+        return error_outcome(e)
+
+
+def symbolic_fake(mode: Any, *shape: int) -> torch.Tensor:
+    """A fake tensor of ``mode`` with every dimension a fresh symbol."""
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
+
+    ctx = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC] * len(shape))
+    return mode.from_tensor(torch.empty(*shape), symbolic_context=ctx)
+
+
 def _plain(v: Any) -> Any:
     """A comparable, mode-independent description of a non-tensor value."""
     if v is None or isinstance(v, (bool, str)):

@@ -16,12 +16,12 @@ import sympy
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.sym_node import SymNode
-from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 import fastfake
 from fastfake import _C, _symnode_expr
-from faults import fault_turns_off_only, unknown_source_stays_stock
-from parity import clear_shape_env_lru_caches, error_outcome, shape_env_fields
+from faults import fault_turns_off_only, switches_restore_stock, unknown_source_stays_stock
+from parity import clear_shape_env_lru_caches, outcome, shape_env_fields, symbolic_fake
 
 pytestmark = pytest.mark.skipif(
     not _symnode_expr.available(), reason="SymNode.expr's stock source is not one fastfake was proven on"
@@ -35,20 +35,8 @@ _EXPR_PATCHED = (
 )
 
 
-def _symbolic(mode, *shape):
-    ctx = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC] * len(shape))
-    return mode.from_tensor(torch.empty(*shape), symbolic_context=ctx)
-
-
 def _state(n) -> tuple:
     return (sympy.srepr(n.expr), repr(n._expr_ver), sympy.srepr(n._expr_cache))
-
-
-def _outcome(fn):
-    try:
-        return ("ok", fn())
-    except Exception as e:  # noqa: BLE001 - compared with stock's
-        return error_outcome(e)
 
 
 def _program(seed: int, steps: int) -> list:
@@ -59,8 +47,8 @@ def _program(seed: int, steps: int) -> list:
     env = ShapeEnv()
     mode = FakeTensorMode(shape_env=env)
     hints = [rng.choice([2, 3, 4, 6]) for _ in range(6)]
-    x = _symbolic(mode, *hints[:3])
-    y = _symbolic(mode, *hints[3:])
+    x = symbolic_fake(mode, *hints[:3])
+    y = symbolic_fake(mode, *hints[3:])
     ints = list(x.shape) + list(y.shape)
     consts = [SymNode(sympy.Integer(7), env, int, 7),
               SymNode(sympy.Integer(2) + sympy.sqrt(3), env, float, 2 + 3**0.5),
@@ -83,10 +71,10 @@ def _program(seed: int, steps: int) -> list:
         elif r < 0.5 and a.node.hint == b.node.hint:
             # a replacement (or nothing new; or stock's error, e.g. where the ranges
             # already decide it)
-            out.append((step, "check", _outcome(lambda: torch._check(a == b)), len(env.replacements)))
+            out.append((step, "check", outcome(lambda: torch._check(a == b)), len(env.replacements)))
         elif r < 0.52:
             k = rng.choice(ints[:6])
-            out.append((step, "specialise", _outcome(lambda: torch._check(k == k.node.hint)),
+            out.append((step, "specialise", outcome(lambda: torch._check(k == k.node.hint)),
                         len(env.replacements)))  # a specialisation
         else:
             for n in rng.sample(nodes, min(3, len(nodes))):
@@ -140,7 +128,7 @@ def test_errors_match_stock():
         gone = SymNode(s * 2, env, int, 6)
         gone._expr_cache = s
         del gone._expr_ver
-        return [_outcome(lambda n=n: n.expr) for n in (no_env, odd, gone)]
+        return [outcome(lambda n=n: n.expr) for n in (no_env, odd, gone)]
 
     fastfake.install()
     fast = cases()
@@ -164,10 +152,10 @@ def test_subclass_class_access_setting_and_deleting_go_to_stock():
     assert fastfake.stats()["symnode.expr.stock.type"] == 1
     assert SymNode.expr is STOCK and type(vars(SymNode)["expr"]).__module__ == "fastfake._C"
     node = SymNode(s, env, int, 3)
-    fast = [_outcome(lambda: setattr(node, "expr", s)), _outcome(lambda: delattr(node, "expr"))]
+    fast = [outcome(lambda: setattr(node, "expr", s)), outcome(lambda: delattr(node, "expr"))]
     fastfake.uninstall()
     node = SymNode(s, env, int, 3)
-    stock = [_outcome(lambda: setattr(node, "expr", s)), _outcome(lambda: delattr(node, "expr"))]
+    stock = [outcome(lambda: setattr(node, "expr", s)), outcome(lambda: delattr(node, "expr"))]
     assert fast == stock and stock[0][0] == "error"
 
 
@@ -175,7 +163,7 @@ def test_memo_keeps_no_node_or_shape_env_alive():
     fastfake.install()
     env = ShapeEnv()
     mode = FakeTensorMode(shape_env=env)
-    x = _symbolic(mode, 4, 6)
+    x = symbolic_fake(mode, 4, 6)
     a, b = x.shape
     for _ in range(3):
         _ = (a * b + a).node.expr
@@ -193,7 +181,7 @@ def test_crosscheck_catches_a_wrong_expression():
     fastfake.install(crosscheck=True)
     env = ShapeEnv()
     mode = FakeTensorMode(shape_env=env)
-    x = _symbolic(mode, 4, 4)
+    x = symbolic_fake(mode, 4, 4)
     a, b = x.shape
     assert (a * b).node.expr is not None  # checked, equal
     torch._check(a == b)
@@ -202,18 +190,8 @@ def test_crosscheck_catches_a_wrong_expression():
         (b * 3).node.expr  # noqa: B018
 
 
-def test_uninstall_and_environment_switch_restore_stock(monkeypatch):
-    fastfake.install()
-    assert vars(SymNode)["expr"] is not STOCK
-    fastfake.uninstall()
-    assert vars(SymNode)["expr"] is STOCK
-    monkeypatch.setenv("FASTFAKE_NO_SYMNODE_EXPR", "1")
-    fastfake.install()
-    assert vars(SymNode)["expr"] is STOCK
-    fastfake.uninstall()
-    monkeypatch.delenv("FASTFAKE_NO_SYMNODE_EXPR")
-    fastfake.install(elementwise=False, cache=False)
-    assert vars(SymNode)["expr"] is STOCK
+def test_uninstall_and_environment_switch_restore_stock():
+    switches_restore_stock(SymNode, "expr", STOCK, "FASTFAKE_NO_SYMNODE_EXPR")
 
 
 def test_selftest_catches_an_unreplaced_expression():

@@ -17,12 +17,12 @@ import sympy
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.sym_node import SymNode
-from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 import fastfake
 from fastfake import _C, _symnode_int
-from faults import fault_turns_off_only, unknown_source_stays_stock
-from parity import clear_shape_env_lru_caches, error_outcome, shape_env_fields
+from faults import fault_turns_off_only, switches_restore_stock, unknown_source_stays_stock
+from parity import clear_shape_env_lru_caches, outcome, shape_env_fields, symbolic_fake
 
 pytestmark = pytest.mark.skipif(
     not _symnode_int.available(), reason="SymNode.maybe_as_int's stock source is not one fastfake was proven on"
@@ -34,18 +34,6 @@ _INT_PATCHED = (
     'type(vars(__import__("torch").fx.experimental.sym_node.SymNode)["maybe_as_int"]).__name__ '
     '== "instancemethod"'
 )
-
-
-def _symbolic(mode, *shape):
-    ctx = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC] * len(shape))
-    return mode.from_tensor(torch.empty(*shape), symbolic_context=ctx)
-
-
-def _outcome(fn):
-    try:
-        return ("ok", fn())
-    except Exception as e:  # noqa: BLE001 - compared with stock's
-        return error_outcome(e)
 
 
 def _node_state(n) -> tuple:
@@ -61,8 +49,8 @@ def _program(seed: int, steps: int) -> list:
     env = ShapeEnv()
     mode = FakeTensorMode(shape_env=env)
     hints = [rng.choice([2, 3, 4, 6]) for _ in range(6)]
-    x = _symbolic(mode, *hints[:3])
-    y = _symbolic(mode, *hints[3:])
+    x = symbolic_fake(mode, *hints[:3])
+    y = symbolic_fake(mode, *hints[3:])
     ints = list(x.shape) + list(y.shape)
     consts = [SymNode(sympy.Integer(7), env, int, 7), SymNode(sympy.Float(2.5), env, float, 2.5),
               SymNode(sympy.Integer(2) + sympy.sqrt(3), env, float, 2 + 3**0.5)]
@@ -82,10 +70,10 @@ def _program(seed: int, steps: int) -> list:
             if isinstance(v, torch.SymInt) and len(ints) < 60:
                 ints.append(v)
         elif r < 0.45 and a.node.hint == b.node.hint:
-            out.append((step, "check", _outcome(lambda: torch._check(a == b)), len(env.replacements)))
+            out.append((step, "check", outcome(lambda: torch._check(a == b)), len(env.replacements)))
         elif r < 0.47:
             k = rng.choice(ints[:6])
-            out.append((step, "specialise", _outcome(lambda: torch._check(k == k.node.hint)),
+            out.append((step, "specialise", outcome(lambda: torch._check(k == k.node.hint)),
                         len(env.replacements)))
         elif r < 0.6:
             sizes = [s for s in rng.sample(ints, 2) if s.node.hint > 0]
@@ -94,7 +82,7 @@ def _program(seed: int, steps: int) -> list:
             out.append((step, "tensor", [repr(s) for s in t.shape], [repr(s) for s in t.stride()]))
         else:
             for n in rng.sample(nodes, min(3, len(nodes))):
-                out.append((step, _outcome(n.maybe_as_int), _node_state(n)))
+                out.append((step, outcome(n.maybe_as_int), _node_state(n)))
     out.append(("env", shape_env_fields(env)))
     return out
 
@@ -128,7 +116,7 @@ def test_errors_match_stock():
         odd = SymNode(s, env, int, 3)
         odd._expr = object()
         nodes = [no_env, odd] + [SymNode(v, env, int, 1) for v in (sympy.oo, -sympy.oo, sympy.nan, sympy.zoo)]
-        return [_outcome(n.maybe_as_int) for n in nodes]
+        return [outcome(n.maybe_as_int) for n in nodes]
 
     fastfake.install()
     fast = cases()
@@ -161,7 +149,7 @@ def test_memo_keeps_no_node_or_shape_env_alive():
     fastfake.install()
     env = ShapeEnv()
     mode = FakeTensorMode(shape_env=env)
-    x = _symbolic(mode, 4, 6)
+    x = symbolic_fake(mode, 4, 6)
     a, b = x.shape
     for _ in range(3):
         assert (a * b + a).node.maybe_as_int() is None
@@ -184,18 +172,8 @@ def test_crosscheck_catches_a_wrong_answer():
         SymNode(sympy.Integer(6), env, int, 6).maybe_as_int()
 
 
-def test_uninstall_and_environment_switch_restore_stock(monkeypatch):
-    fastfake.install()
-    assert vars(SymNode)["maybe_as_int"] is not STOCK
-    fastfake.uninstall()
-    assert vars(SymNode)["maybe_as_int"] is STOCK
-    monkeypatch.setenv("FASTFAKE_NO_SYMNODE_INT", "1")
-    fastfake.install()
-    assert vars(SymNode)["maybe_as_int"] is STOCK
-    fastfake.uninstall()
-    monkeypatch.delenv("FASTFAKE_NO_SYMNODE_INT")
-    fastfake.install(elementwise=False, cache=False)
-    assert vars(SymNode)["maybe_as_int"] is STOCK
+def test_uninstall_and_environment_switch_restore_stock():
+    switches_restore_stock(SymNode, "maybe_as_int", STOCK, "FASTFAKE_NO_SYMNODE_INT")
 
 
 def test_selftest_catches_a_wrong_answer():
