@@ -56,13 +56,16 @@ def describe(t: torch.Tensor) -> tuple:
     )
 
 
-def assert_same(mode, x, *extra):
+def assert_same(mode, x, *extra, state=contextlib.nullcontext):
+    """fastfake's snapshot (served) equals stock's, both taken under ``state()``;
+    the version counter is then checked outside it."""
     fastfake.reset_stats()
-    tls = _dispatch_tls()
-    got = _C.fast_detach(mode, x, *extra)
-    assert _dispatch_tls() == tls  # the thread-local dispatch state is put back
+    with state():
+        tls = _dispatch_tls()
+        got = _C.fast_detach(mode, x, *extra)
+        assert _dispatch_tls() == tls  # the thread-local dispatch state is put back
+        want = STOCK(mode, x, *extra)
     assert fastfake.stats()["detach.fast"] == 1, fastfake.stats()
-    want = STOCK(mode, x, *extra)
     assert describe(got) == describe(want)
     assert got is not x and got is not want
     if not x.is_inference():
@@ -149,11 +152,7 @@ def test_random_sequence_matches_stock():
     pool.append((modes[1], modes[1].from_tensor(torch.empty(5, 7))))
     for _ in range(400):
         m, t = rng.choice(pool)
-        if rng.random() < 0.3:
-            with functionalizing():
-                got = assert_same(m, t)
-        else:
-            got = assert_same(m, t)
+        got = assert_same(m, t, state=functionalizing if rng.random() < 0.3 else contextlib.nullcontext)
         if rng.random() < 0.3 and t.dim() > 0 and t.shape[0] != 0:
             with m:
                 pool.append((m, got[: t.shape[0] - 1] if rng.random() < 0.5 else got.transpose(0, -1)))
@@ -183,9 +182,9 @@ def test_functionalizing_state_matches_stock():
         srcs += [(modes[1], t) for t in (s, s[1:], s.t(), s * 2)]
     with functionalizing():
         tls = _dispatch_tls()
-        assert "Functionalize" in tls[0] and "PythonDispatcher" in tls[0], tls
-        for m, x in srcs:
-            assert_same(m, x)
+    assert "Functionalize" in tls[0] and "PythonDispatcher" in tls[0], tls
+    for m, x in srcs:
+        assert_same(m, x, state=functionalizing)
 
 
 def test_aot_autograd_graphs_identical():

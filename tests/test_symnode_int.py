@@ -123,8 +123,7 @@ def test_errors_match_stock():
     fastfake.uninstall()
     stock = cases()
     assert fast == stock
-    assert [o[0] for o in stock[:2]] == ["error"] * 2, stock
-    assert "shape_env is required" in stock[0][2]
+    assert [o[0] for o in stock[:2]] == ["error"] * 2, stock  # (2.9's message differs)
 
 
 class _Node(SymNode):
