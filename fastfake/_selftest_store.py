@@ -24,7 +24,8 @@ the store: the self-test must judge it. An unreadable, truncated or ill-formed
 file, or one whose content does not match its key, is ignored (the self-test runs
 and the file is rewritten). Nothing here raises: a directory that cannot be
 written only means the next process runs the self-test too. At most
-``MAX_FILES`` results are kept (the least recently used go first).
+``MAX_FILES`` results are kept (the least recently used go first), and temporary
+files a writer that died left behind are removed after ten minutes.
 
 ``FASTFAKE_NO_SELFTEST_CACHE=1`` turns the store off (neither read nor written).
 What happened is in ``selftest_report()``: ``source`` (``run`` or ``disk``) and
@@ -357,12 +358,21 @@ def save(path: str, key: str, parts: dict[str, str], report: dict) -> bool:
                 pass
 
 
+#: A writer's temporary file older than this was left by a process that died while
+#: writing; it is removed with the least recently used results.
+STALE_TMP_NS = 600 * 10**9
+
+
 def _bound(d: str) -> None:
     try:
         files = []
+        now = time.time_ns()
         with os.scandir(d) as it:
             for e in it:
-                if e.name.endswith(".json") and not e.name.startswith(".tmp-"):
+                if e.name.startswith(".tmp-"):
+                    if now - e.stat().st_mtime_ns > STALE_TMP_NS:
+                        os.unlink(e.path)
+                elif e.name.endswith(".json"):
                     files.append((e.stat().st_mtime_ns, e.path))
         files.sort()
         for _, p in files[: max(0, len(files) - MAX_FILES)]:

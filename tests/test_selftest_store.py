@@ -355,6 +355,18 @@ def test_at_most_max_files_are_kept(tmp_path, monkeypatch):
     assert sorted(os.listdir(d)) == ["k2.json", "k4.json", "k5.json"]
 
 
+def test_a_dead_writers_temporary_file_is_removed(tmp_path):
+    d = tmp_path / "selftest"
+    d.mkdir()
+    old, fresh = d / ".tmp-old.json", d / ".tmp-fresh.json"
+    old.write_text("{")
+    fresh.write_text("{")  # another process writing now
+    t = time.time_ns() - store.STALE_TMP_NS - 10**9
+    os.utime(old, ns=(t, t))
+    assert store.save(str(d / "k.json"), "k", {}, _good_report())
+    assert sorted(os.listdir(d)) == [".tmp-fresh.json", "k.json"]
+
+
 def test_directory_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.setenv("FASTFAKE_CACHE_DIR", str(tmp_path / "a"))
     assert store.directory() == str(tmp_path / "a" / "selftest")
