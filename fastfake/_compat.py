@@ -266,6 +266,13 @@ SYMNODE_BINARY_SOURCES = {
 }
 
 
+def _digest(text: str) -> str:
+    """The short digest the proven-source tables are keyed by."""
+    import hashlib
+
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
 def _normalised_source(fn: object) -> str:
     lines = inspect.getsource(fn).splitlines()  # type: ignore[arg-type]
     return "\n".join(line.strip() for line in lines if line.strip())
@@ -275,8 +282,6 @@ def _normalised_source(fn: object) -> str:
 def symnode_binary_source_digest() -> str | None:
     """Digest of the one implementation behind every SymNode binary op (None if it
     cannot be read or the ops do not share one)."""
-    import hashlib
-
     from ._symnode import binary_methods
 
     try:
@@ -288,7 +293,7 @@ def symnode_binary_source_digest() -> str | None:
         text = _normalised_source(fn.__wrapped__) + "\n--\n" + _normalised_source(fn)  # type: ignore[attr-defined]
     except (OSError, TypeError, AttributeError):
         return None
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return _digest(text)
 
 
 def symnode_binary_ops_proven() -> bool:
@@ -312,15 +317,13 @@ FAKE_PROP_SOURCES: dict[str, str] = {
 def fake_prop_source_digest() -> str | None:
     """Digest of what ``fastfake._fake_prop.run_node`` replaces (None if a source
     cannot be read)."""
-    import hashlib
-
     from ._fake_prop import stock_sources
 
     try:
         text = "\n--\n".join(_normalised_source(fn) for fn in stock_sources())
     except (OSError, TypeError, AttributeError, ImportError):
         return None
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return _digest(text)
 
 
 def _fake_prop_run_node_source() -> str:
@@ -360,15 +363,13 @@ SYMNODE_EXPR_SOURCES: dict[str, tuple[int, str]] = {
 
 @functools.cache
 def symnode_expr_source_digest() -> str | None:
-    import hashlib
-
     try:
         from torch.fx.experimental.sym_node import SymNode
 
         text = _normalised_source(SymNode.expr.fget)
     except (OSError, TypeError, AttributeError, ImportError):
         return None
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return _digest(text)
 
 
 def symnode_expr_rule() -> int | None:
@@ -390,10 +391,8 @@ SYMNODE_MAYBE_AS_INT_SOURCES: dict[str, str] = {
 @functools.cache
 def symnode_maybe_as_int_source_digest(fn: object) -> str | None:
     """Digest of ``fn``, stock's ``SymNode.maybe_as_int`` (None if unreadable)."""
-    import hashlib
-
     try:
         text = _normalised_source(fn)
     except (OSError, TypeError):
         return None
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
+    return _digest(text)

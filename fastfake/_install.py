@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import time
 import warnings
 from collections.abc import Iterator
@@ -28,6 +27,7 @@ from . import (
     _symnode_int,
 )
 from ._compat import SUPPORTED_TORCH_VERSIONS
+from ._env import flag as _env_flag
 
 log = logging.getLogger("fastfake")
 
@@ -167,10 +167,6 @@ def _setup() -> None:
     _C.setup_real_inputs(torch.Tensor, torch.nn.Parameter, ft.fake_tensor_tls, policy)
     _convert.setup()
     _State.setup_done = True
-
-
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def install(

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 import torch
 
 from . import _C, _compat, _fake_prop
+from ._env import flag as _env_flag
 from ._version import __version__
 
 FORMAT = 1
@@ -80,10 +81,6 @@ TORCH_CONFIGS = ("torch._functorch.config", "torch.fx.experimental._config")
 
 _FILE_SUFFIXES = (".py", ".so", ".pyd", ".dylib", ".dll")
 _SKIP_DIRS = frozenset({"__pycache__", "include", "share", "bin"})
-
-
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")  # as install()'s
 
 
 def directory() -> str | None:

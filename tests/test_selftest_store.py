@@ -248,19 +248,27 @@ def test_load_accepts_only_a_well_formed_result_for_its_key(tmp_path):
     assert store.load(path, "k", FEATURES) == "unreadable"
 
 
+def _change_seen(digest):
+    """A function telling whether ``digest()`` now gives a value not seen before
+    (the first value counts as seen)."""
+    seen = {digest()}
+
+    def changed() -> bool:
+        d = digest()
+        new = d not in seen
+        seen.add(d)
+        return new
+
+    return changed
+
+
 def test_tree_digest_sees_every_module_change(tmp_path):
     (tmp_path / "pkg" / "sub").mkdir(parents=True)
     mod = tmp_path / "pkg" / "sub" / "m.py"
     mod.write_text("x = 1\n")
     (tmp_path / "pkg" / "lib.so").write_bytes(b"\0" * 8)
     root = str(tmp_path / "pkg")
-    seen = {store.tree_digest(root)}
-
-    def changed() -> bool:
-        d = store.tree_digest(root)
-        new = d not in seen
-        seen.add(d)
-        return new
+    changed = _change_seen(lambda: store.tree_digest(root))
 
     # Not covered: byte caches, headers, data files.
     (tmp_path / "pkg" / "__pycache__").mkdir()
@@ -296,13 +304,7 @@ def test_module_digest_sees_replaced_code_and_scalars():
     for v in vars(mod).values():
         if isinstance(v, type):
             v.__module__ = mod.__name__
-    seen = {store.module_digest(mod)}
-
-    def changed() -> bool:
-        d = store.module_digest(mod)
-        new = d not in seen
-        seen.add(d)
-        return new
+    changed = _change_seen(lambda: store.module_digest(mod))
 
     assert not changed()
     mod.LIMIT = 4
