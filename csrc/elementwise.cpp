@@ -36,6 +36,7 @@
 #include <cstring>
 #include <memory>
 #include <unordered_map>
+#include <unordered_set>
 
 namespace fastfake {
 
@@ -220,47 +221,136 @@ uint64_t call_hash(const Key& sig, const std::vector<Operand>& ops) {
 
 } // namespace
 
+namespace {
+
+// Registered by name; bound to the overload object the first time one with that
+// name is dispatched (so install() creates no OpOverload objects).
+struct PendingSpec {
+  bool inplace = false;
+  std::vector<ArgSpec> args; // names and defaults owned
+};
+std::unordered_map<std::string, PendingSpec> g_pending;
+
+// Overload objects seen that are not registered (owned references), so each
+// object's name is looked up once; past the bound it is looked up again.
+std::unordered_set<PyObject*> g_not_pointwise;
+size_t g_not_pointwise_max = 8192;
+
+void release_args(std::vector<ArgSpec>& args) {
+  for (auto& a : args) {
+    Py_XDECREF(a.name);
+    Py_XDECREF(a.dflt);
+  }
+  args.clear();
+}
+
+void release_spec(OpSpec& spec) {
+  release_args(spec.args);
+  Py_XDECREF(spec.op);
+  spec.op = nullptr;
+}
+
+void clear_not_pointwise() {
+  for (PyObject* o : g_not_pointwise) Py_DECREF(o);
+  g_not_pointwise.clear();
+}
+
+// The spec for `func`: bound, bound now from a registration of its name
+// (``str(func)``), or nullptr.
+OpSpec* find_spec(PyObject* func) {
+  auto it = g_ops.find(func);
+  if (it != g_ops.end()) return it->second.get();
+  if (g_pending.empty() || g_not_pointwise.count(func) != 0) return nullptr;
+  PyObject* s = PyObject_Str(func);
+  if (s == nullptr) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  Py_ssize_t n = 0;
+  const char* c = PyUnicode_AsUTF8AndSize(s, &n);
+  if (c == nullptr) {
+    PyErr_Clear();
+    Py_DECREF(s);
+    return nullptr;
+  }
+  auto pit = g_pending.find(std::string(c, static_cast<size_t>(n)));
+  Py_DECREF(s);
+  if (pit == g_pending.end()) {
+    if (g_not_pointwise.size() < g_not_pointwise_max) {
+      Py_INCREF(func);
+      g_not_pointwise.insert(func);
+    }
+    return nullptr;
+  }
+  auto spec = std::make_unique<OpSpec>();
+  Py_INCREF(func);
+  spec->op = func;
+  spec->name = pit->first;
+  spec->inplace = pit->second.inplace;
+  spec->args = std::move(pit->second.args);
+  g_pending.erase(pit);
+  OpSpec* out = spec.get();
+  g_ops[func] = std::move(spec);
+  return out;
+}
+
+} // namespace
+
 void register_elementwise(
-    PyObject* op,
     const std::string& name,
     bool inplace,
     const std::vector<std::tuple<std::string, int, bool, PyObject*>>& args) {
-  auto spec = std::make_unique<OpSpec>();
-  Py_INCREF(op);
-  spec->op = op;
-  spec->name = name;
-  spec->inplace = inplace;
+  PendingSpec spec;
+  spec.inplace = inplace;
   for (const auto& [aname, kind, kwarg_only, dflt] : args) {
     ArgSpec a;
     a.name = PyUnicode_InternFromString(aname.c_str());
     a.kind = static_cast<ArgKind>(kind);
     a.kwarg_only = kwarg_only;
-    if (dflt != nullptr) {
-      Py_INCREF(dflt);
-    }
+    Py_XINCREF(dflt);
     a.dflt = dflt;
-    spec->args.push_back(a);
+    spec.args.push_back(a);
   }
-  auto it = g_ops.find(op);
-  if (it != g_ops.end()) {
-    for (auto& a : it->second->args) {
-      Py_XDECREF(a.name);
-      Py_XDECREF(a.dflt);
+  // A new registration replaces a bound or pending one of the same name.
+  for (auto it = g_ops.begin(); it != g_ops.end();) {
+    if (it->second->name == name) {
+      release_spec(*it->second);
+      it = g_ops.erase(it);
+    } else {
+      ++it;
     }
-    Py_XDECREF(it->second->op);
   }
-  g_ops[op] = std::move(spec);
+  auto pit = g_pending.find(name);
+  if (pit != g_pending.end()) {
+    release_args(pit->second.args);
+    g_pending.erase(pit);
+  }
+  g_pending.emplace(name, std::move(spec));
+  // An object seen before is looked up again.
+  clear_not_pointwise();
+}
+
+PyObject* elementwise_sizes() {
+  return Py_BuildValue(
+      "{s:n,s:n,s:n,s:n}",
+      "bound", (Py_ssize_t)g_ops.size(),
+      "pending", (Py_ssize_t)g_pending.size(),
+      "not_pointwise", (Py_ssize_t)g_not_pointwise.size(),
+      "not_pointwise_max", (Py_ssize_t)g_not_pointwise_max);
+}
+
+size_t set_not_pointwise_max(size_t n) {
+  size_t old = g_not_pointwise_max;
+  g_not_pointwise_max = n;
+  return old;
 }
 
 void clear_elementwise() {
-  for (auto& [k, spec] : g_ops) {
-    for (auto& a : spec->args) {
-      Py_XDECREF(a.name);
-      Py_XDECREF(a.dflt);
-    }
-    Py_XDECREF(spec->op);
-  }
+  for (auto& [k, spec] : g_ops) release_spec(*spec);
   g_ops.clear();
+  for (auto& [k, p] : g_pending) release_args(p.args);
+  g_pending.clear();
+  clear_not_pointwise();
 }
 
 void forget_signatures() {
@@ -272,7 +362,7 @@ void forget_signatures() {
 }
 
 bool is_elementwise_registered(PyObject* op) {
-  return g_ops.count(op) != 0;
+  return find_spec(op) != nullptr;
 }
 
 PyObject* elementwise_report() {
@@ -297,6 +387,22 @@ PyObject* elementwise_report() {
     }
     Py_DECREF(v);
   }
+  // Registered, not yet dispatched.
+  for (auto& [name, p] : g_pending) {
+    PyObject* v = Py_BuildValue(
+        "{s:L,s:L,s:K,s:s,s:O}",
+        "admitted", 0LL,
+        "rejected", 0LL,
+        "hits", 0ULL,
+        "last_mismatch", "",
+        "inplace", p.inplace ? Py_True : Py_False);
+    if (v == nullptr || PyDict_SetItemString(out, name.c_str(), v) < 0) {
+      Py_XDECREF(v);
+      Py_DECREF(out);
+      return nullptr;
+    }
+    Py_DECREF(v);
+  }
   return out;
 }
 
@@ -310,11 +416,11 @@ PyObject* try_elementwise(
     bool* served) {
   *handled = false;
   *served = false;
-  auto it = g_ops.find(func);
-  if (it == g_ops.end()) {
+  OpSpec* found = find_spec(func);
+  if (found == nullptr) {
     return nullptr;
   }
-  OpSpec& spec = *it->second;
+  OpSpec& spec = *found;
   auto fallback = [&](Stat s) -> PyObject* {
     bump(s);
     return nullptr;

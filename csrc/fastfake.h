@@ -306,8 +306,9 @@ enum class ArgKind : uint8_t {
   OptStr,
 };
 
+// Register a pointwise overload by its name (``str(op)``); bound to the overload
+// object when one with that name is first dispatched.
 void register_elementwise(
-    PyObject* op,
     const std::string& name,
     bool inplace,
     const std::vector<std::tuple<std::string, int, bool, PyObject*>>& args);
@@ -315,6 +316,10 @@ void clear_elementwise();
 // Forget learned signatures, keep the registrations.
 void forget_signatures();
 bool is_elementwise_registered(PyObject* op);
+// Testing: sizes of the registration tables; the bound on remembered non-pointwise
+// overload objects.
+PyObject* elementwise_sizes();
+size_t set_not_pointwise_max(size_t n);
 
 // Try the fast path. *handled: the call was dealt with here (the return value is
 // the result, or nullptr with stock's error set); otherwise the caller passes it

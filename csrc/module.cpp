@@ -5,6 +5,7 @@
 #include "rerun.h"
 #include "symnode_expr.h"
 #include "symnode_int.h"
+#include "file_listing.h"
 #include "symnode_memo.h"
 
 #include <pybind11/pybind11.h>
@@ -419,22 +420,36 @@ PYBIND11_MODULE(_C, m) {
 
   m.def(
       "register_elementwise",
-      [](py::handle op,
-         const std::string& name,
+      [](const std::string& name,
          bool inplace,
          const std::vector<std::tuple<std::string, int, bool, bool, py::object>>& args) {
         std::vector<std::tuple<std::string, int, bool, PyObject*>> a;
         for (const auto& [n, k, kw, has_default, d] : args) {
           a.emplace_back(n, k, kw, has_default ? d.ptr() : nullptr);
         }
-        register_elementwise(op.ptr(), name, inplace, a);
+        register_elementwise(name, inplace, a);
       },
-      "Register a pointwise overload: (op, name, inplace, [(arg, kind, kwarg_only, has_default, default)]).");
+      "Register a pointwise overload by name (str(op)): (name, inplace, [(arg, kind, kwarg_only, has_default, default)]).");
   m.def("clear_elementwise", &clear_elementwise, "Forget registrations and learned signatures.");
   m.def(
       "is_elementwise_registered",
       [](py::handle op) { return is_elementwise_registered(op.ptr()); });
   m.def("elementwise_report", []() { return steal_or_throw(elementwise_report()); });
+  m.def(
+      "file_listing",
+      [](const std::string& root,
+         const std::vector<std::string>& suffixes,
+         const std::vector<std::string>& skip_dirs) {
+        std::string out;
+        {
+          py::gil_scoped_release nogil;
+          out = file_listing(root, suffixes, skip_dirs);
+        }
+        return py::bytes(out);
+      },
+      "The file listing behind the self-test store's key (csrc/file_listing.h).");
+  m.def("_elementwise_sizes", []() { return steal_or_throw(elementwise_sizes()); });
+  m.def("_set_not_pointwise_max", &set_not_pointwise_max);
 
   m.def("counters", []() {
     py::list out;

@@ -354,16 +354,39 @@ def _faults_requested() -> int:
 
 
 def register_elementwise(
-    op: Any, name: str, inplace: bool, args: list[tuple[str, int, bool, bool, Any]]
+    name: str, inplace: bool, args: list[tuple[str, int, bool, bool, Any]]
 ) -> None:
-    """Register a pointwise overload. ``args`` are the schema arguments in order as
+    """Register a pointwise overload by its name (``str(op)``, e.g.
+    ``"aten.add.Tensor"``). ``args`` are the schema arguments in order as
     ``(name, kind, kwarg_only, has_default, default)`` with ``kind`` an ArgKind code
-    (see fastfake._registry.ARG_KINDS)."""
+    (see fastfake._registry.ARG_KINDS). The registration is bound to the overload
+    object the first time one with that name is dispatched; an overload object
+    whose name is not registered is remembered as such (a bounded set of owned
+    references, emptied by any registration or :func:`clear_elementwise`). A
+    registration of a name already registered replaces it (its learned signatures
+    are forgotten)."""
 
 def clear_elementwise() -> None:
     """Forget all registrations and learned signatures."""
 
-def is_elementwise_registered(op: Any) -> bool: ...
+def is_elementwise_registered(op: Any) -> bool:
+    """Whether ``op`` takes the elementwise path (binds a pending registration)."""
+
+def file_listing(root: str, suffixes: list[str], skip_dirs: list[str]) -> bytes:
+    """``b"path\\0size\\0mtime_ns\\n"`` for every file under ``root`` whose name ends
+    with one of ``suffixes`` (stat follows a symbolic link); directories depth first,
+    each one's entries in name order, its files before its subdirectories;
+    subdirectories named in ``skip_dirs`` and symbolic links to directories are not
+    entered; what cannot be read gives ``b"!path:OSError\\n"``. The self-test
+    store's key is made of it (``fastfake/_selftest_store.py``); the GIL is released."""
+
+def _elementwise_sizes() -> dict[str, int]:
+    """Testing: ``bound`` (overload objects with their registration), ``pending``
+    (registered names not dispatched yet), ``not_pointwise`` and
+    ``not_pointwise_max`` (the remembered non-registered objects and their bound)."""
+
+def _set_not_pointwise_max(n: int) -> int:
+    """Testing: set that bound (applies to later insertions); returns the previous."""
 def elementwise_report() -> dict[str, dict[str, Any]]:
     """Per overload: admitted / rejected signature counts, hits, inplace, last_mismatch."""
 

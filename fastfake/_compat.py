@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import functools
 import inspect
+import linecache
+import types
 
 import torch
 
@@ -278,6 +280,48 @@ def _normalised_source(fn: object) -> str:
     return "\n".join(line.strip() for line in lines if line.strip())
 
 
+def _last_code_line(code: types.CodeType) -> int:
+    last = code.co_firstlineno
+    for _, end, _, _ in code.co_positions():
+        if end is not None and end > last:
+            last = end
+    for c in code.co_consts:
+        if isinstance(c, types.CodeType):
+            last = max(last, _last_code_line(c))
+    return last
+
+
+def _code_span_source(fn: object) -> str:
+    """``fn``'s lines from its first (decorators included) to the last one any of its
+    instructions (or those of the code nested in it) spans, normalised like
+    :func:`_normalised_source`: inspect's block of the same function less any
+    trailing lines that carry no code. No tokenizer: a fraction of the cost."""
+    code = inspect.unwrap(fn).__code__  # type: ignore[arg-type, attr-defined]
+    lines = linecache.getlines(code.co_filename)
+    if not lines:
+        raise OSError(f"no source for {code.co_filename}")
+    span = lines[code.co_firstlineno - 1 : _last_code_line(code)]
+    return "\n".join(line.strip() for line in span if line.strip())
+
+
+def _source_digest(compose, table) -> str | None:
+    """The digest of ``compose(source)``, ``source`` reading one function's normalised
+    source. Tried first with :func:`_code_span_source`: when that digest is one of
+    ``table``'s (texts of inspect's blocks), the functions are those proven ones but
+    for trailing lines without code, so it is the answer. Otherwise inspect's
+    blocks decide (None when a source cannot be read)."""
+    try:
+        quick = _digest(compose(_code_span_source))
+    except (OSError, TypeError, AttributeError, ImportError, ValueError):
+        quick = None
+    if quick is not None and quick in table:
+        return quick
+    try:
+        return _digest(compose(_normalised_source))
+    except (OSError, TypeError, AttributeError, ImportError):
+        return None
+
+
 @functools.cache
 def symnode_binary_source_digest() -> str | None:
     """Digest of the one implementation behind every SymNode binary op (None if it
@@ -287,13 +331,15 @@ def symnode_binary_source_digest() -> str | None:
     try:
         methods = binary_methods()
         codes = {fn.__wrapped__.__code__ for _, _, fn in methods}  # type: ignore[attr-defined]
-        if not methods or len(codes) != 1:
-            return None
-        fn = methods[0][2]
-        text = _normalised_source(fn.__wrapped__) + "\n--\n" + _normalised_source(fn)  # type: ignore[attr-defined]
-    except (OSError, TypeError, AttributeError):
+    except (TypeError, AttributeError):
         return None
-    return _digest(text)
+    if not methods or len(codes) != 1:
+        return None
+    fn = methods[0][2]
+    return _source_digest(
+        lambda source: source(fn.__wrapped__) + "\n--\n" + source(fn),  # type: ignore[attr-defined]
+        SYMNODE_BINARY_SOURCES,
+    )
 
 
 def symnode_binary_ops_proven() -> bool:
@@ -319,17 +365,19 @@ def fake_prop_source_digest() -> str | None:
     cannot be read)."""
     from ._fake_prop import stock_sources
 
-    try:
-        text = "\n--\n".join(_normalised_source(fn) for fn in stock_sources())
-    except (OSError, TypeError, AttributeError, ImportError):
-        return None
-    return _digest(text)
+    return _source_digest(
+        lambda source: "\n--\n".join(source(fn) for fn in stock_sources()), FAKE_PROP_SOURCES
+    )
 
 
 def _fake_prop_run_node_source() -> str:
     from . import _fake_prop
 
-    return _normalised_source(_fake_prop.stock_sources()[0])
+    run_node = _fake_prop.stock_sources()[0]
+    try:
+        return _code_span_source(run_node)
+    except (OSError, TypeError, AttributeError, ValueError):
+        return _normalised_source(run_node)
 
 
 def fake_prop_keeps_python_scalars() -> bool:
@@ -366,10 +414,10 @@ def symnode_expr_source_digest() -> str | None:
     try:
         from torch.fx.experimental.sym_node import SymNode
 
-        text = _normalised_source(SymNode.expr.fget)
-    except (OSError, TypeError, AttributeError, ImportError):
+        fget = SymNode.expr.fget
+    except (AttributeError, ImportError):
         return None
-    return _digest(text)
+    return _source_digest(lambda source: source(fget), SYMNODE_EXPR_SOURCES)
 
 
 def symnode_expr_rule() -> int | None:
@@ -391,8 +439,4 @@ SYMNODE_MAYBE_AS_INT_SOURCES: dict[str, str] = {
 @functools.cache
 def symnode_maybe_as_int_source_digest(fn: object) -> str | None:
     """Digest of ``fn``, stock's ``SymNode.maybe_as_int`` (None if unreadable)."""
-    try:
-        text = _normalised_source(fn)
-    except (OSError, TypeError):
-        return None
-    return _digest(text)
+    return _source_digest(lambda source: source(fn), SYMNODE_MAYBE_AS_INT_SOURCES)

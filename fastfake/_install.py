@@ -17,6 +17,7 @@ from . import (
     _detach,
     _functional,
     _portable,
+    _registry,
     _rerun,
     _selftest,
     _selftest_store,
@@ -53,7 +54,6 @@ class _State:
     selftest: _selftest.Report | None = None  # once per process
     originals: dict[tuple[type, str], object] = {}
     setup_done = False
-    registered = False
     warned_version = False
 
 
@@ -232,11 +232,6 @@ def install(
     # its statistics are left as they were.
     with _selftest.stock_state_preserved(), _stock_cache.not_counted():
         _setup()
-        if (opts.elementwise or _State.selftest is None) and not _State.registered:
-            from ._registry import register_all
-
-            register_all(_C)
-            _State.registered = True
         if _State.selftest is None:
             _State.selftest = _run_selftest(ft)
     requested = opts
@@ -520,13 +515,19 @@ def _run_selftest(ft) -> _selftest.Report:
 
 
 def _stored_or_run(features: list[str], run) -> _selftest.Report:
-    """The result kept on disk for this installation, else ``run()``'s (then kept)."""
+    """The result kept on disk for this installation, else ``run()``'s (then kept).
+    The pointwise-op registry is handed to the extension first: read with a kept
+    result, else built from torch's operator metadata and kept with the new one."""
     t0 = time.perf_counter()
     found = _selftest_store.lookup(features)
+    table = found.pointwise if found.report is not None else None
+    if table is None:
+        table = _registry.pointwise_table()
+    _registry.register_table(_C, table)
     if found.report is not None:
         return _selftest.Report.from_stored(found.report, time.perf_counter() - t0)
     report = run()
-    report.store = found.keep(report.as_dict())
+    report.store = found.keep(report.as_dict(), table)
     report.seconds = time.perf_counter() - t0
     return report
 

@@ -118,9 +118,56 @@ def pointwise_registry() -> Registry:
     return reg
 
 
+def pointwise_table() -> list:
+    """The registry as plain data (kept with the self-test result on disk, so a
+    restarted process neither walks torch's operators nor creates their overload
+    objects): ``[name, inplace, [[arg, kind, kwarg_only, has_default, default]]]``
+    per overload, ``name`` being ``str(op)``."""
+    return [
+        [str(e.op), e.inplace, [list(a) for a in e.args]]
+        for e in pointwise_registry().entries
+    ]
+
+
+def valid_table(table) -> bool:
+    """``table`` has :func:`pointwise_table`'s shape (a stored copy is checked
+    before use)."""
+    if not isinstance(table, list) or not table:
+        return False
+    kinds = set(ARG_KINDS.values())
+    for row in table:
+        if not (isinstance(row, list) and len(row) == 3):
+            return False
+        name, inplace, args = row
+        if not (isinstance(name, str) and name.startswith("aten.") and type(inplace) is bool):
+            return False
+        if not isinstance(args, list):
+            return False
+        for a in args:
+            if not (isinstance(a, list) and len(a) == 5):
+                return False
+            aname, kind, kwarg_only, has_default, default = a
+            if not (isinstance(aname, str) and type(kind) is int and kind in kinds):
+                return False
+            if type(kwarg_only) is not bool or type(has_default) is not bool:
+                return False
+            if default is not None and type(default) not in (bool, int, float, str):
+                return False
+            if not has_default and default is not None:
+                return False
+        if not any(a[1] in (0, 1) for a in args):
+            return False
+    return True
+
+
+def register_table(C, table: list) -> int:
+    """Register ``table``'s overloads with the C++ extension by name (each is
+    bound to its overload object when first dispatched); returns the count."""
+    for name, inplace, args in table:
+        C.register_elementwise(name, inplace, [tuple(a) for a in args])
+    return len(table)
+
+
 def register_all(C) -> int:
     """Hand the pointwise registry to the C++ extension; returns the count."""
-    reg = pointwise_registry()
-    for e in reg.entries:
-        C.register_elementwise(e.op, str(e.op), e.inplace, e.args)
-    return len(reg.entries)
+    return register_table(C, pointwise_table())

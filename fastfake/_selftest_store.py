@@ -45,7 +45,7 @@ from dataclasses import dataclass
 
 import torch
 
-from . import _C, _compat, _fake_prop
+from . import _C, _compat, _fake_prop, _registry
 from ._env import flag as _env_flag
 from ._version import __version__
 
@@ -105,30 +105,10 @@ def directory() -> str | None:
 
 def tree_digest(root: str) -> str:
     """Name, size and modification time of every module and shared library under
-    ``root`` (caches and headers skipped), in a fixed order."""
-    h = hashlib.blake2b(digest_size=16)
-    stack = [root]
-    while stack:
-        d = stack.pop()
-        try:
-            with os.scandir(d) as it:
-                entries = sorted(it, key=lambda e: e.name)
-        except OSError as e:
-            h.update(f"!{d}:{type(e).__name__}\n".encode())
-            continue
-        dirs = []
-        for e in entries:
-            try:
-                if e.is_dir(follow_symlinks=False):
-                    if e.name not in _SKIP_DIRS:
-                        dirs.append(e.path)
-                elif e.name.endswith(_FILE_SUFFIXES):
-                    st = e.stat()
-                    h.update(f"{e.path}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
-            except OSError as err:
-                h.update(f"!{e.path}:{type(err).__name__}\n".encode())
-        stack.extend(reversed(dirs))
-    return h.hexdigest()
+    ``root`` (caches and headers skipped), in a fixed order (the listing is made in
+    C++: ``_C.file_listing``)."""
+    listing = _C.file_listing(root, list(_FILE_SUFFIXES), sorted(_SKIP_DIRS))
+    return hashlib.blake2b(listing, digest_size=16).hexdigest()
 
 
 def _package(name: str) -> str:
@@ -302,29 +282,39 @@ def _valid_report(r, features: list[str]) -> bool:
     return isinstance(r.get("seconds"), (int, float))
 
 
-def load(path: str, key: str, features: list[str]) -> dict | None | str:
-    """The stored report at ``path`` (a dict), ``None`` when there is none, or
-    ``"unreadable"`` when the file is there but cannot be used."""
+def load_entry(path: str, key: str, features: list[str]) -> tuple[dict | None | str, list | None]:
+    """``(report, pointwise)`` stored at ``path``: the report (a dict), ``None``
+    when there is none, or ``"unreadable"`` when the file is there but cannot be
+    used; and the pointwise-op table kept with it (``None`` when absent or
+    ill-formed: then it is built again, the report still counts)."""
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
     except (FileNotFoundError, NotADirectoryError):
-        return None
+        return None, None
     except (OSError, ValueError, UnicodeDecodeError):
-        return "unreadable"
+        return "unreadable", None
     if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("key") != key:
-        return "unreadable"
+        return "unreadable", None
     report = data.get("report")
     if not _valid_report(report, features):
-        return "unreadable"
+        return "unreadable", None
     try:
         os.utime(path)  # most recently used
     except OSError:
         pass
-    return report
+    pointwise = data.get("pointwise")
+    return report, pointwise if _registry.valid_table(pointwise) else None
 
 
-def save(path: str, key: str, parts: dict[str, str], report: dict) -> bool:
+def load(path: str, key: str, features: list[str]) -> dict | None | str:
+    """The stored report at ``path`` (see :func:`load_entry`)."""
+    return load_entry(path, key, features)[0]
+
+
+def save(
+    path: str, key: str, parts: dict[str, str], report: dict, pointwise: list | None = None
+) -> bool:
     """Write atomically; keep at most MAX_FILES results. False when it could not."""
     d = os.path.dirname(path)
     data = {
@@ -335,6 +325,8 @@ def save(path: str, key: str, parts: dict[str, str], report: dict) -> bool:
         "components": parts,
         "report": report,
     }
+    if pointwise is not None:
+        data["pointwise"] = pointwise
     tmp = None
     try:
         os.makedirs(d, exist_ok=True)
@@ -389,14 +381,16 @@ class Lookup:
     path: str | None = None
     key: str | None = None
     parts: dict[str, str] | None = None
+    pointwise: list | None = None  # the pointwise-op table kept with a hit
 
-    def keep(self, report: dict) -> str:
+    def keep(self, report: dict, pointwise: list | None = None) -> str:
         """Store ``report`` (a self-test that just ran) where this lookup looked;
         returns the outcome to record: ``written`` / ``write_failed`` after a miss,
-        else the lookup's own (an unreadable file is overwritten)."""
+        else the lookup's own (an unreadable file is overwritten). ``pointwise``
+        (:func:`fastfake._registry.pointwise_table`) is kept with it."""
         if self.path is None or self.key is None or self.parts is None:
             return self.outcome
-        ok = save(self.path, self.key, self.parts, report)
+        ok = save(self.path, self.key, self.parts, report, pointwise)
         if self.outcome == "miss":
             return "written" if ok else "write_failed"
         return self.outcome
@@ -412,9 +406,9 @@ def lookup(features: list[str]) -> Lookup:
     parts = components(features)
     key = key_of(parts)
     path = os.path.join(where, f"{key}.json")
-    got = load(path, key, features)
+    got, pointwise = load_entry(path, key, features)
     if got is None:
         return Lookup("miss", None, path, key, parts)
     if got == "unreadable":
         return Lookup("unreadable", None, path, key, parts)
-    return Lookup("hit", got, path, key, parts)
+    return Lookup("hit", got, path, key, parts, pointwise)

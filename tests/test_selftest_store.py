@@ -34,7 +34,16 @@ with warnings.catch_warnings(record=True) as w:
     warnings.simplefilter("always")
     fastfake.install()
 sys.setprofile(None)
-from fastfake import _install, _functional
+from fastfake import _install, _functional, _registry
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+walked = _registry.pointwise_registry.cache_info().currsize
+fastfake.reset_stats()
+with FakeTensorMode() as m:
+    x = m.from_tensor(torch.empty(4, 3))
+    for _ in range(3):
+        torch.sigmoid(x * 2)
+elementwise_hits = fastfake.stats()["elementwise.hit"]
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 from torch.fx.experimental.sym_node import SymNode
 r = fastfake.selftest_report()
@@ -42,6 +51,9 @@ print(json.dumps({{
     "ran": bool(ran),
     "report": r,
     "warned": [str(x.message) for x in w if "self-test" in str(x.message)],
+    "walked": walked,
+    "registered": sorted(fastfake._C.elementwise_report()),
+    "elementwise_hits": elementwise_hits,
     "in_force": [
         repr(_install.current_options()),
         repr(fastfake._C.get_config()),
@@ -78,6 +90,11 @@ def test_second_process_reads_the_result_and_installs_the_same(tmp_path):
     assert second["report"]["source"] == "disk" and second["report"]["store"] == "hit"
     assert {k: second["report"][k] for k in _SAME} == {k: first["report"][k] for k in _SAME}
     assert second["in_force"] == first["in_force"]
+    # the pointwise registry came with the result: torch's operators were not
+    # walked, the same overloads are registered, and they are served
+    assert first["walked"] == 1 and second["walked"] == 0
+    assert second["registered"] == first["registered"] and len(first["registered"]) > 100
+    assert first["elementwise_hits"] > 0 and second["elementwise_hits"] > 0
     assert second["report"]["seconds"] < first["report"]["seconds"]
     # Another hash seed gives the same key (no address or set order in it).
     third = _install_in(tmp_path, PYTHONHASHSEED="12345")
@@ -169,6 +186,27 @@ def test_an_unreadable_file_is_rewritten(tmp_path):
     got = _install_in(tmp_path)
     assert got["ran"] and got["report"]["store"] == "unreadable"
     assert not _install_in(tmp_path)["ran"]  # rewritten whole
+
+
+def test_a_kept_pointwise_table_is_exactly_the_registry_and_an_ill_formed_one_is_rebuilt(tmp_path):
+    from fastfake import _registry
+
+    first = _install_in(tmp_path)
+    (name,) = _stored(tmp_path)
+    path = os.path.join(tmp_path, "selftest", name)
+    with open(path) as f:
+        data = json.load(f)
+    assert data["pointwise"] == _registry.pointwise_table()
+    data["pointwise"][0][1] = "yes"  # ill-formed: the table is built again
+    _write(path, data)
+    got = _install_in(tmp_path)
+    assert not got["ran"] and got["report"]["store"] == "hit"  # the result still counts
+    assert got["walked"] == 1 and got["registered"] == first["registered"]
+    assert got["elementwise_hits"] > 0
+    del data["pointwise"]  # a file without one (written before tables were kept)
+    _write(path, data)
+    got = _install_in(tmp_path)
+    assert not got["ran"] and got["walked"] == 1 and got["registered"] == first["registered"]
 
 
 # ---------------------------------------------------------------------------
@@ -288,6 +326,66 @@ def test_tree_digest_sees_every_module_change(tmp_path):
     assert not changed()  # back to an earlier state: the earlier digest
     os.rename(mod, tmp_path / "pkg" / "m.py")
     assert changed()
+
+
+def _reference_listing(root: str) -> bytes:
+    """The listing ``_C.file_listing`` makes, walked in Python."""
+    out = []
+    stack = [root]
+    while stack:
+        d = stack.pop()
+        try:
+            with os.scandir(d) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            out.append(f"!{d}:OSError\n")
+            continue
+        dirs = []
+        for e in entries:
+            try:
+                if e.is_dir(follow_symlinks=False):
+                    if e.name not in store._SKIP_DIRS:
+                        dirs.append(e.path)
+                elif e.name.endswith(store._FILE_SUFFIXES):
+                    st = e.stat()
+                    out.append(f"{e.path}\0{st.st_size}\0{st.st_mtime_ns}\n")
+            except OSError:
+                out.append(f"!{e.path}:OSError\n")
+        stack.extend(reversed(dirs))
+    return "".join(out).encode()
+
+
+def _listing(root: str) -> bytes:
+    return fastfake._C.file_listing(root, list(store._FILE_SUFFIXES), sorted(store._SKIP_DIRS))
+
+
+def test_file_listing_is_the_reference_walk(tmp_path):
+    root = tmp_path / "pkg"
+    for d in ("a/b/c", "include/x", "__pycache__", "Zed", "a/bin", "é"):
+        (root / d).mkdir(parents=True)
+    for f in ("a/m.py", "a/b/n.so", "a/b/c/o.pyd", "include/x/h.py", "__pycache__/p.py", "Zed/q.dll",
+              "a/bin/r.py", "é/s.py", "t.dylib", "u.txt", "a/b/v.pyc", "B.py"):
+        (root / f).write_text("x" * len(f))
+    os.symlink(root / "a", root / "link_to_dir")  # not entered
+    os.symlink(root / "a" / "m.py", root / "link.py")  # the target's stat
+    os.symlink(root / "missing.py", root / "dangling.py")  # unreadable entry
+    os.symlink(root / "a", root / "dir_link.py")  # a directory through a link: its stat
+    os.mkdir(root / "closed")
+    (root / "closed" / "w.py").write_text("")
+    os.chmod(root / "closed", 0)
+    try:
+        got = _listing(str(root))
+        assert got == _reference_listing(str(root))
+        assert b"dangling.py:OSError" in got and b"link_to_dir" not in got
+        if os.access(root / "closed", os.R_OK):  # running as a superuser
+            assert b"closed/w.py" in got
+        else:
+            assert f"!{root / 'closed'}:OSError".encode() in got
+    finally:
+        os.chmod(root / "closed", 0o755)
+    assert _listing(str(tmp_path / "absent")) == _reference_listing(str(tmp_path / "absent"))
+    torch_root = os.path.dirname(torch.__file__)
+    assert _listing(torch_root) == _reference_listing(torch_root)
 
 
 def test_module_digest_sees_replaced_code_and_scalars():

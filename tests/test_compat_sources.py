@@ -1,0 +1,112 @@
+"""The proven-source digests (fastfake/_compat.py): read from each function's code
+span first (no tokenizer), from inspect's block when that is not a proven text."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+
+import pytest
+import torch
+from torch.fx.experimental.sym_node import SymNode
+
+from fastfake import _compat, _fake_prop, _symnode
+
+SOURCE = '''
+import functools
+
+def deco(f):
+    @functools.wraps(f)
+    def inner(*a):
+        return f(*a)
+    return inner
+
+@deco
+def proven(x,
+           y=2):
+    # a comment inside
+    z = (x +
+         y)
+    return [z for _ in range(2)]
+
+def trailing(x):
+    return x + 1
+    pass
+    # nothing after this
+
+def changed(x):
+    return x + 2
+'''
+
+
+@pytest.fixture
+def mod(tmp_path):
+    path = tmp_path / "fastfake_sources_probe.py"
+    path.write_text(SOURCE)
+    spec = importlib.util.spec_from_file_location("fastfake_sources_probe", path)
+    m = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(m)
+    yield m
+    sys.modules.pop("fastfake_sources_probe", None)
+
+
+def _stock_sources():
+    out = list(_fake_prop.stock_sources()) + [SymNode.expr.fget, SymNode.maybe_as_int]
+    methods = _symnode.binary_methods()
+    if methods:
+        out += [methods[0][2], methods[0][2].__wrapped__]
+    return out
+
+
+def test_code_span_is_inspects_block_on_this_release():
+    # so every proven digest here is found without the tokenizer
+    for fn in _stock_sources():
+        assert _compat._code_span_source(fn) == _compat._normalised_source(fn), fn
+
+
+def test_code_span_of_decorated_and_multiline_functions(mod):
+    assert _compat._code_span_source(mod.proven) == _compat._normalised_source(mod.proven)
+    text = _compat._code_span_source(mod.proven)
+    assert text.startswith("@deco\ndef proven(x,") and text.endswith("return [z for _ in range(2)]")
+    # trailing lines without code are not in the span, but are in inspect's block
+    assert _compat._code_span_source(mod.trailing) == "def trailing(x):\nreturn x + 1"
+    assert _compat._normalised_source(mod.trailing).endswith("pass\n# nothing after this")
+
+
+def test_source_digest_decides(mod):
+    def digest_of(fn):
+        return lambda source: source(fn)
+
+    span = _compat._digest(_compat._code_span_source(mod.trailing))
+    block = _compat._digest(_compat._normalised_source(mod.trailing))
+    assert span != block
+    # proven as its code span: the same code, trailing no-op lines aside
+    assert _compat._source_digest(digest_of(mod.trailing), {span: "x"}) == span
+    # proven as inspect's block
+    assert _compat._source_digest(digest_of(mod.trailing), {block: "x"}) == block
+    # not proven: inspect's block's digest, found in no table
+    assert _compat._source_digest(digest_of(mod.changed), {span: "x", block: "x"}) not in (span, block)
+    # unreadable source: None
+    ns: dict = {}
+    exec("def nofile(x):\n    return x\n", ns)
+    assert _compat._source_digest(digest_of(ns["nofile"]), {span: "x"}) is None
+
+
+def test_every_table_digest_of_this_release_is_found():
+    release = torch.__version__.split("+")[0]
+
+    def proven_here(table) -> bool:
+        return any(release in str(v) for v in table.values())
+
+    cases = [
+        (_compat.FAKE_PROP_SOURCES, _compat.fake_prop_source_digest),
+        (_compat.SYMNODE_EXPR_SOURCES, _compat.symnode_expr_source_digest),
+        (_compat.SYMNODE_MAYBE_AS_INT_SOURCES,
+         lambda: _compat.symnode_maybe_as_int_source_digest(SymNode.maybe_as_int)),
+        (_compat.SYMNODE_BINARY_SOURCES, _compat.symnode_binary_source_digest),
+    ]
+    checked = 0
+    for table, digest in cases:
+        if proven_here(table):
+            assert digest() in table, digest
+            checked += 1
+    assert checked > 0
