@@ -3,11 +3,47 @@
 the install-time self-test saves and puts back around its programs."""
 from __future__ import annotations
 
-from . import _fake_prop, _functional, _portable, _rerun, _symnode, _symnode_expr, _symnode_int
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from . import _C, _fake_prop, _functional, _portable, _rerun
+
+
+@dataclass(frozen=True)
+class ExtensionCounts:
+    """Counters the extension keeps in a name -> count map (``get()`` / ``set(map)``),
+    reported as ``<prefix>.<name>``."""
+
+    prefix: str
+    get: Callable[[], dict]
+    set: Callable[[dict], None]
+
+    def counters(self) -> dict[str, int]:
+        return {f"{self.prefix}.{k}": v for k, v in self.get().items()}
+
+    def reset_counters(self) -> None:
+        self.set({})
+
+    def saved_counters(self) -> dict[str, int]:
+        return dict(self.get())
+
+    def restore_counters(self, saved: dict[str, int]) -> None:
+        self.set(saved)
+
 
 #: Each has ``counters()``, ``reset_counters()``, ``saved_counters()`` and
 #: ``restore_counters(saved)``.
-SOURCES = (_functional, _portable, _rerun, _symnode, _fake_prop, _symnode_expr, _symnode_int)
+SOURCES = (
+    _functional,
+    _portable,
+    _rerun,
+    # the SymNode arithmetic memo (fastfake/_symnode.py), SymNode.expr and
+    # SymNode.maybe_as_int in C (fastfake/_symnode_expr.py, _symnode_int.py)
+    ExtensionCounts("symnode.memo", _C.symnode_memo_counts, _C.symnode_memo_set_counts),
+    _fake_prop,
+    ExtensionCounts("symnode.expr", _C.symnode_expr_counts, _C.symnode_expr_set_counts),
+    ExtensionCounts("symnode.int", _C.symnode_int_counts, _C.symnode_int_set_counts),
+)
 
 
 def counters() -> dict[str, int]:

@@ -250,72 +250,69 @@ def install(
         cache_symbolic=_symbolic_cache_allowed(_State.selftest),
         real_inputs=not _env_flag("FASTFAKE_NO_REAL_INPUTS"),
     )
-    _C.set_portable(opts.cache and _portable_allowed(_State.selftest))
-    _C.set_rerun(opts.cache and _rerun_allowed(_State.selftest))
+    report = _State.selftest
+    _C.set_portable(opts.cache and _portable_allowed(report))
+    _C.set_rerun(opts.cache and _rerun_allowed(report))
     _apply(ft, opts)
-    if opts.cache and _functional_memo_allowed(_State.selftest):
+    if opts.cache and _allowed(report, "functional_storage"):
         _functional.install(crosscheck=opts.crosscheck)
     else:
         _functional.uninstall()
+    # the rest serve with either path on; detach and convert not under fake-tensor debug
+    either = opts.elementwise or opts.cache
+    plain = either and not ft.FakeTensorConfig.debug
     _patch_fast_detach(
-        _detach.replacement(crosscheck=opts.crosscheck)
-        if (opts.elementwise or opts.cache) and _fast_detach_allowed(_State.selftest, ft)
-        else None
+        _detach.replacement(crosscheck=opts.crosscheck) if plain and _allowed(report, "detach") else None
     )
     _patch_convert(
-        _convert.replacement(crosscheck=opts.crosscheck)
-        if (opts.elementwise or opts.cache) and _convert_allowed(_State.selftest, ft)
-        else None
+        _convert.replacement(crosscheck=opts.crosscheck) if plain and _allowed(report, "convert") else None
     )
-    _patch_symnode(
-        (opts.elementwise or opts.cache) and _symnode_memo_allowed(_State.selftest),
-        crosscheck=opts.crosscheck,
-    )
-    _patch_fake_prop((opts.elementwise or opts.cache) and _fake_prop_allowed(_State.selftest))
-    _patch_symnode_expr(
-        (opts.elementwise or opts.cache) and _symnode_expr_allowed(_State.selftest),
-        crosscheck=opts.crosscheck,
-    )
-    _patch_symnode_int(
-        (opts.elementwise or opts.cache) and _symnode_int_allowed(_State.selftest),
-        crosscheck=opts.crosscheck,
-    )
+    _patch_symnode(either and _allowed(report, "symnode_memo"), crosscheck=opts.crosscheck)
+    _patch_fake_prop(either and _allowed(report, "fake_prop"))
+    _patch_symnode_expr(either and _allowed(report, "symnode_expr"), crosscheck=opts.crosscheck)
+    _patch_symnode_int(either and _allowed(report, "symnode_int"), crosscheck=opts.crosscheck)
     _State.options = opts
     _State.requested = requested
 
 
+#: Each feature the self-test judges that a switch can turn off, and the switch.
+SWITCHES = {
+    "cache_symbolic": "FASTFAKE_NO_SYMBOLIC_CACHE",
+    "cache_portable": "FASTFAKE_NO_PORTABLE",
+    "cache_rerun": "FASTFAKE_NO_RERUN",
+    "functional_storage": "FASTFAKE_NO_FUNCTIONAL_MEMO",
+    "detach": "FASTFAKE_NO_FAST_DETACH",
+    "convert": "FASTFAKE_NO_FAST_CONVERT",
+    "symnode_memo": "FASTFAKE_NO_SYMNODE_MEMO",
+    "fake_prop": "FASTFAKE_NO_FAKE_PROP",
+    "symnode_expr": "FASTFAKE_NO_SYMNODE_EXPR",
+    "symnode_int": "FASTFAKE_NO_SYMNODE_INT",
+}
+
+
+def _allowed(report, feature: str) -> bool:
+    """The self-test passed ``feature`` and its switch is not set."""
+    return not _env_flag(SWITCHES[feature]) and report.passed.get(feature, False)
+
+
 def _symbolic_cache_allowed(report) -> bool:
-    return (
-        not _env_flag("FASTFAKE_NO_SYMBOLIC_CACHE")
-        and _compat.shape_env_counts_replacements()
-        and report.passed.get("cache_symbolic", False)
-    )
+    return _allowed(report, "cache_symbolic") and _compat.shape_env_counts_replacements()
 
 
 def _portable_allowed(report) -> bool:
     return (
         _symbolic_cache_allowed(report)
-        and not _env_flag("FASTFAKE_NO_PORTABLE")
+        and _allowed(report, "cache_portable")
         and _portable.available()
-        and report.passed.get("cache_portable", False)
     )
 
 
 def _rerun_allowed(report) -> bool:
     return (
         _symbolic_cache_allowed(report)
-        and not _env_flag("FASTFAKE_NO_RERUN")
+        and _allowed(report, "cache_rerun")
         and _compat.stock_reruns_unsafe_view()
-        and report.passed.get("cache_rerun", False)
     )
-
-
-def _functional_memo_allowed(report) -> bool:
-    return not _env_flag("FASTFAKE_NO_FUNCTIONAL_MEMO") and report.passed.get("functional_storage", False)
-
-
-def _symnode_memo_allowed(report) -> bool:
-    return not _env_flag("FASTFAKE_NO_SYMNODE_MEMO") and report.passed.get("symnode_memo", False)
 
 
 def _patch_symnode(on: bool, crosscheck: bool = False) -> None:
@@ -329,10 +326,6 @@ def _patch_symnode(on: bool, crosscheck: bool = False) -> None:
     _C.set_symnode_memo(on and bool(_symnode.hooks()))
 
 
-def _fake_prop_allowed(report) -> bool:
-    return not _env_flag("FASTFAKE_NO_FAKE_PROP") and report.passed.get("fake_prop", False)
-
-
 def _patch_fake_prop(on: bool) -> None:
     """``FakeTensorProp.run_node``, patched with fastfake/_fake_prop.py's (and
     restored like every other patched attribute)."""
@@ -343,32 +336,27 @@ def _patch_fake_prop(on: bool) -> None:
     _patch(FakeTensorProp, "run_node", _fake_prop.run_node if on else None)
 
 
-def _symnode_expr_allowed(report) -> bool:
-    return not _env_flag("FASTFAKE_NO_SYMNODE_EXPR") and report.passed.get("symnode_expr", False)
+def _patch_symnode_attr(attr: str, module, make, on: bool) -> None:
+    """A SymNode attribute computed in C (``module``: fastfake/_symnode_expr.py,
+    _symnode_int.py), patched with ``make()`` or restored like every other patched
+    attribute."""
+    if not module.available():
+        return
+    from torch.fx.experimental.sym_node import SymNode
+
+    _patch(SymNode, attr, make() if on else None)
 
 
 def _patch_symnode_expr(on: bool, crosscheck: bool = False) -> None:
-    """``SymNode.expr``, patched with the C-level descriptor (fastfake/_symnode_expr.py)
-    and restored like every other patched attribute."""
-    if not _symnode_expr.available():
-        return
-    from torch.fx.experimental.sym_node import SymNode
-
-    _patch(SymNode, "expr", _symnode_expr.descriptor(crosscheck=crosscheck) if on else None)
-
-
-def _symnode_int_allowed(report) -> bool:
-    return not _env_flag("FASTFAKE_NO_SYMNODE_INT") and report.passed.get("symnode_int", False)
+    _patch_symnode_attr(
+        "expr", _symnode_expr, lambda: _symnode_expr.descriptor(crosscheck=crosscheck), on
+    )
 
 
 def _patch_symnode_int(on: bool, crosscheck: bool = False) -> None:
-    """``SymNode.maybe_as_int``, patched with the C function (fastfake/_symnode_int.py)
-    and restored like every other patched attribute."""
-    if not _symnode_int.available():
-        return
-    from torch.fx.experimental.sym_node import SymNode
-
-    _patch(SymNode, "maybe_as_int", _symnode_int.method(crosscheck=crosscheck) if on else None)
+    _patch_symnode_attr(
+        "maybe_as_int", _symnode_int, lambda: _symnode_int.method(crosscheck=crosscheck), on
+    )
 
 
 def _patch_fast_detach(replacement: object | None) -> None:
@@ -387,22 +375,6 @@ def _patch_convert(replacement: object | None) -> None:
     _patch(FakeTensorConverter, "from_real_tensor", None)
     _patch(FakeTensorConverter, "from_real_tensor", replacement)
     _C.set_convert(replacement is not None)
-
-
-def _convert_allowed(report, ft) -> bool:
-    return (
-        not _env_flag("FASTFAKE_NO_FAST_CONVERT")
-        and not ft.FakeTensorConfig.debug
-        and report.passed.get("convert", False)
-    )
-
-
-def _fast_detach_allowed(report, ft) -> bool:
-    return (
-        not _env_flag("FASTFAKE_NO_FAST_DETACH")
-        and not ft.FakeTensorConfig.debug
-        and report.passed.get("detach", False)
-    )
 
 
 def _apply(ft, opts: Options) -> None:

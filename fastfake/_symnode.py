@@ -101,22 +101,6 @@ def hooks() -> dict[str, object]:
     return dict(_hooks)
 
 
-def counters() -> dict[str, int]:
-    return {f"symnode.memo.{k}": v for k, v in _C.symnode_memo_counts().items()}
-
-
-def reset_counters() -> None:
-    _C.symnode_memo_set_counts({})
-
-
-def saved_counters() -> dict[str, int]:
-    return dict(_C.symnode_memo_counts())
-
-
-def restore_counters(saved: dict[str, int]) -> None:
-    _C.symnode_memo_set_counts(saved)
-
-
 def describe(node) -> tuple:
     """Every field of a SymNode a served one must share with stock's."""
     import sympy

@@ -71,22 +71,6 @@ def descriptor(*, crosscheck: bool = False):
     return _C.symnode_expr_descriptor(stock_property(), r)
 
 
-def counters() -> dict[str, int]:
-    return {f"symnode.expr.{k}": v for k, v in _C.symnode_expr_counts().items()}
-
-
-def reset_counters() -> None:
-    _C.symnode_expr_set_counts({})
-
-
-def saved_counters() -> dict[str, int]:
-    return dict(_C.symnode_expr_counts())
-
-
-def restore_counters(saved: dict[str, int]) -> None:
-    _C.symnode_expr_set_counts(saved)
-
-
 def check(node, served) -> bool:
     """crosscheck: stock's property on the same node gives an equal expression."""
     from ._crosscheck import CrosscheckError

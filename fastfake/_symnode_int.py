@@ -51,22 +51,6 @@ def method(*, crosscheck: bool = False):
     return _C.symnode_int_method()
 
 
-def counters() -> dict[str, int]:
-    return {f"symnode.int.{k}": v for k, v in _C.symnode_int_counts().items()}
-
-
-def reset_counters() -> None:
-    _C.symnode_int_set_counts({})
-
-
-def saved_counters() -> dict[str, int]:
-    return dict(_C.symnode_int_counts())
-
-
-def restore_counters(saved: dict[str, int]) -> None:
-    _C.symnode_int_set_counts(saved)
-
-
 def check(node, served) -> bool:
     """crosscheck: stock's method on the same node gives the same answer."""
     from ._crosscheck import CrosscheckError

@@ -1,6 +1,7 @@
 """install() / uninstall() / enabled(): what gets patched, and that it is put back exactly."""
 from __future__ import annotations
 
+import os
 import logging
 import warnings
 
@@ -459,3 +460,13 @@ def test_functional_memo_installed_only_where_stock_recomputes():
     finally:
         fastfake.uninstall()
     assert "_make_wrapper_subclass" not in torch.Tensor.__dict__
+
+
+def test_every_switch_names_a_judged_feature_and_is_documented():
+    from fastfake import _install, _selftest
+
+    readme = open(os.path.join(os.path.dirname(__file__), "..", "README.md")).read()
+    assert len(set(_install.SWITCHES.values())) == len(_install.SWITCHES)
+    for feature, switch in _install.SWITCHES.items():
+        assert feature in _selftest.FEATURES, feature
+        assert f"`{switch}" in readme, switch
