@@ -107,7 +107,10 @@ def tree_digest(root: str) -> str:
     """Name, size and modification time of every module and shared library under
     ``root`` (caches and headers skipped), in a fixed order (the listing is made in
     C++: ``_C.file_listing``)."""
-    listing = _C.file_listing(root, list(_FILE_SUFFIXES), sorted(_SKIP_DIRS))
+    try:
+        listing = _C.file_listing(root, list(_FILE_SUFFIXES), sorted(_SKIP_DIRS))
+    except (UnicodeError, ValueError, TypeError) as e:  # a path C++ cannot take
+        listing = f"!{root!r}:{type(e).__name__}".encode()
     return hashlib.blake2b(listing, digest_size=16).hexdigest()
 
 

@@ -386,6 +386,8 @@ def test_file_listing_is_the_reference_walk(tmp_path):
     assert _listing(str(tmp_path / "absent")) == _reference_listing(str(tmp_path / "absent"))
     torch_root = os.path.dirname(torch.__file__)
     assert _listing(torch_root) == _reference_listing(torch_root)
+    # a path that is no UTF-8 text: a digest, not an error
+    assert store.tree_digest(str(tmp_path / "\udcff")) != store.tree_digest(str(tmp_path / "absent"))
 
 
 def test_module_digest_sees_replaced_code_and_scalars():
