@@ -250,10 +250,11 @@ def run_cell(spec, model, inputs, wl, args, progress: Progress) -> dict:
                     run()
                     wall = time.perf_counter() - t0
                 total = harness.trace_seconds(wall, harness.workload_times())
-                return total, timer.seconds, timer.calls
+                return total, timer.seconds, timer.calls, harness.stock_report()
 
             try:
-                total, sym, calls = progress.step(f"{name} fastfake SymNode-arithmetic run", symnode_run)
+                total, sym, calls, stock_ops = progress.step(
+                    f"{name} fastfake SymNode-arithmetic run", symnode_run)
                 runs = row["runs"]["fastfake"]
                 row["symbolic_remains"] = {
                     "total_s": total,
@@ -261,6 +262,8 @@ def run_cell(spec, model, inputs, wl, args, progress: Progress) -> dict:
                     "symnode_calls": calls,
                     "symnode_share": sym / total if total else None,
                     "stock_calls": (runs[-1]["stats"].get("dispatch.stock", 0) if runs else None),
+                    # per overload, the calls the SymNode run handed to stock
+                    "stock_ops": stock_ops,
                 }
             except Exception as e:
                 row["errors"]["symnode_share"] = f"{type(e).__name__}: {e}"
@@ -420,6 +423,12 @@ def print_report(rows: list[dict], args) -> None:
             if caches is not None:
                 print(f"  {impl:8s} CACHES: " + (" | ".join(f"{k}:{v}" for k, v in sorted(caches.items())) or "-")
                       + f" | output code {(r.get(f'{impl}_stats') or {}).get('code_digest')}")
+        left = (r.get("symbolic_remains") or {}).get("stock_ops")
+        if left:
+            top = sorted(left.items(), key=lambda kv: -kv[1]["outermost"])[:8]
+            print("  fastfake STOCK CALLS (outermost, per op): "
+                  + " | ".join(f"{k}:{v['outermost']}" for k, v in top if v["outermost"])
+                  + f" | nested in all: {sum(v['nested'] for v in left.values())}")
         ds = r.get("dispatch_share")
         if ds:
             print(f"  stock    FakeTensorMode.__torch_dispatch__ time: {ds['fake_dispatch_s']:.4f}s of trace "

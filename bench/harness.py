@@ -128,6 +128,13 @@ def collect_stats(cache_hits_before: int) -> dict[str, int]:
     return st
 
 
+def stock_report() -> dict[str, dict[str, int]]:
+    """fastfake's calls handed to stock per overload since the last reset (empty
+    when fastfake is not installed or has no such report)."""
+    report = getattr(fastfake, "stock_report", None)
+    return report() if report is not None and fastfake.is_installed() else {}
+
+
 def stats_line(st: dict[str, int]) -> str:
     parts = [
         f"{FTM_COUNTER}:{st.get(FTM_COUNTER, 0)}",

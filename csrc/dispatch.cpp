@@ -1,6 +1,7 @@
 // The C-level replacement of FakeTensorMode.__torch_dispatch__ and the cached
 // FakeTensor.device descriptor.
 #include "fastfake.h"
+#include "stock_calls.h"
 
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/csrc/Device.h>
@@ -35,7 +36,10 @@ PyObject* call_stock_dispatch(
     PyObject* kwargs) {
   PyObject* argv[5] = {mode, func, types, args, kwargs ? kwargs : Py_None};
   bump(DispatchStock);
-  return PyObject_Vectorcall(g_py.stock_torch_dispatch, argv, kwargs ? 5 : 4, nullptr);
+  stock_call_begin(func);
+  PyObject* r = PyObject_Vectorcall(g_py.stock_torch_dispatch, argv, kwargs ? 5 : 4, nullptr);
+  stock_call_end();
+  return r;
 }
 
 namespace {
@@ -76,7 +80,10 @@ PyObject* fast_dispatch_call(
       c10::impl::TorchDispatchModeTLS::get_mode(c10::impl::TorchDispatchModeKey::FAKE)
           .has_value()) {
     bump(DispatchStock);
-    return PyObject_Vectorcall(g_py.stock_torch_dispatch, argv, nargsf, kwnames);
+    stock_call_begin(nargs >= 2 ? argv[1] : Py_None);
+    PyObject* r = PyObject_Vectorcall(g_py.stock_torch_dispatch, argv, nargsf, kwnames);
+    stock_call_end();
+    return r;
   }
   PyObject* mode = argv[0];
   if (reinterpret_cast<PyObject*>(Py_TYPE(mode)) != g_py.fake_mode_type ||

@@ -6,6 +6,7 @@
 #include "symnode_expr.h"
 #include "symnode_int.h"
 #include "file_listing.h"
+#include "stock_calls.h"
 #include "symnode_memo.h"
 
 #include <pybind11/pybind11.h>
@@ -449,6 +450,9 @@ PYBIND11_MODULE(_C, m) {
       },
       "The file listing behind the self-test store's key (csrc/file_listing.h).");
   m.def("_elementwise_sizes", []() { return steal_or_throw(elementwise_sizes()); });
+  m.def("stock_calls", &stock_calls, "Calls handed to stock per overload: name -> (outermost, nested).");
+  m.def("stock_calls_set", &stock_calls_set);
+  m.def("_set_stock_calls_max", &stock_calls_set_max);
   m.def("_set_not_pointwise_max", &set_not_pointwise_max);
 
   m.def("counters", []() {

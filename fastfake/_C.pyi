@@ -380,6 +380,19 @@ def file_listing(root: str, suffixes: list[str], skip_dirs: list[str]) -> bytes:
     entered; what cannot be read gives ``b"!path:OSError\\n"``. The self-test
     store's key is made of it (``fastfake/_selftest_store.py``); the GIL is released."""
 
+def stock_calls() -> dict[str, tuple[int, int]]:
+    """Calls handed to stock's ``__torch_dispatch__`` (every ``dispatch.stock``), per
+    overload name (``str(op)``): ``(outermost, nested)``, nested meaning that a stock
+    call of the same thread was in progress (stock's own kernel dispatched it). At
+    most a bound of names (4,096); later new names count under ``"other"``
+    (``csrc/stock_calls.cpp``)."""
+
+def stock_calls_set(calls: dict[str, tuple[int, int]]) -> None:
+    """Replace those counts (``{}`` zeroes them; the self-test saves and restores)."""
+
+def _set_stock_calls_max(n: int) -> int:
+    """Testing: set the bound on distinct names; returns the previous one."""
+
 def _elementwise_sizes() -> dict[str, int]:
     """Testing: ``bound`` (overload objects with their registration), ``pending``
     (registered names not dispatched yet), ``not_pointwise`` and

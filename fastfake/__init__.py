@@ -46,7 +46,7 @@ from ._install import (
     selftest_report,
     uninstall,
 )
-from ._stats import elementwise_report, reset_stats, stats
+from ._stats import elementwise_report, reset_stats, stats, stock_report
 
 __all__ = [
     "__version__",
@@ -60,5 +60,6 @@ __all__ = [
     "reset_stats",
     "selftest_report",
     "stats",
+    "stock_report",
     "uninstall",
 ]

@@ -31,6 +31,27 @@ class ExtensionCounts:
         self.set(saved)
 
 
+class StockCalls:
+    """The calls handed to stock per overload (``fastfake.stock_report()``): not in
+    ``stats()``, zeroed, saved and put back with the counters."""
+
+    @staticmethod
+    def counters() -> dict[str, int]:
+        return {}
+
+    @staticmethod
+    def reset_counters() -> None:
+        _C.stock_calls_set({})
+
+    @staticmethod
+    def saved_counters() -> dict:
+        return _C.stock_calls()
+
+    @staticmethod
+    def restore_counters(saved: dict) -> None:
+        _C.stock_calls_set(saved)
+
+
 #: Each has ``counters()``, ``reset_counters()``, ``saved_counters()`` and
 #: ``restore_counters(saved)``.
 SOURCES = (
@@ -43,6 +64,7 @@ SOURCES = (
     _fake_prop,
     ExtensionCounts("symnode.expr", _C.symnode_expr_counts, _C.symnode_expr_set_counts),
     ExtensionCounts("symnode.int", _C.symnode_int_counts, _C.symnode_int_set_counts),
+    StockCalls,
 )
 
 

@@ -39,6 +39,16 @@ def reset_stats() -> None:
     _counters.reset()
 
 
+def stock_report() -> dict[str, dict[str, int]]:
+    """Per overload (``str(op)``), the calls handed to stock since the last
+    ``reset_stats()``: ``outermost`` (no stock call of the thread in progress: what a
+    trace pays stock for) and ``nested`` (dispatched by stock's own kernels), most
+    outermost calls first. Their sum over all overloads is ``stats()["dispatch.stock"]``.
+    At most 4,096 names; past that, calls count under ``"other"``."""
+    rows = sorted(_C.stock_calls().items(), key=lambda kv: (-kv[1][0], -kv[1][1], kv[0]))
+    return {name: {"outermost": o, "nested": n} for name, (o, n) in rows}
+
+
 def elementwise_report() -> dict[str, dict]:
     """Per registered pointwise overload: learned signatures (admitted / rejected),
     fast hits, and the last field in which no stride rule reproduced stock."""
