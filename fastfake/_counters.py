@@ -11,45 +11,28 @@ from . import _C, _fake_prop, _functional, _portable, _rerun
 
 @dataclass(frozen=True)
 class ExtensionCounts:
-    """Counters the extension keeps in a name -> count map (``get()`` / ``set(map)``),
-    reported as ``<prefix>.<name>``."""
+    """Counts the extension keeps in a name -> value map (``get()`` / ``set(map)``),
+    reported in ``stats()`` as ``<prefix>.<name>``; with no prefix they are kept out
+    of ``stats()`` (read through their own report) but zeroed, saved and put back
+    with the counters."""
 
-    prefix: str
+    prefix: str | None
     get: Callable[[], dict]
     set: Callable[[dict], None]
 
     def counters(self) -> dict[str, int]:
+        if self.prefix is None:
+            return {}
         return {f"{self.prefix}.{k}": v for k, v in self.get().items()}
 
     def reset_counters(self) -> None:
         self.set({})
 
-    def saved_counters(self) -> dict[str, int]:
+    def saved_counters(self) -> dict:
         return dict(self.get())
 
-    def restore_counters(self, saved: dict[str, int]) -> None:
+    def restore_counters(self, saved: dict) -> None:
         self.set(saved)
-
-
-class StockCalls:
-    """The calls handed to stock per overload (``fastfake.stock_report()``): not in
-    ``stats()``, zeroed, saved and put back with the counters."""
-
-    @staticmethod
-    def counters() -> dict[str, int]:
-        return {}
-
-    @staticmethod
-    def reset_counters() -> None:
-        _C.stock_calls_set({})
-
-    @staticmethod
-    def saved_counters() -> dict:
-        return _C.stock_calls()
-
-    @staticmethod
-    def restore_counters(saved: dict) -> None:
-        _C.stock_calls_set(saved)
 
 
 #: Each has ``counters()``, ``reset_counters()``, ``saved_counters()`` and
@@ -64,7 +47,8 @@ SOURCES = (
     _fake_prop,
     ExtensionCounts("symnode.expr", _C.symnode_expr_counts, _C.symnode_expr_set_counts),
     ExtensionCounts("symnode.int", _C.symnode_int_counts, _C.symnode_int_set_counts),
-    StockCalls,
+    # the calls handed to stock per overload (fastfake.stock_report())
+    ExtensionCounts(None, _C.stock_calls, _C.stock_calls_set),
 )
 
 
