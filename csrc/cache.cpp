@@ -32,6 +32,7 @@
 // Bounded (LRU); entries hold strong references only to op overloads, torch.device
 // objects and (symbolic) sympy values, never to modes, shape envs or tensors.
 #include "cache_internal.h"
+#include "item_memo.h"
 #include "portable.h"
 #include "rerun.h"
 
@@ -262,6 +263,14 @@ PyObject* try_cache(
           if (!*served) bump(reason);
           return r;
         }
+      } else if (e.item_memo != kNotItem) {
+        // `.item()` on a tensor holding its memo (item_memo.cpp)
+        bool done = false;
+        PyObject* r = item_memo_call(mode, func, types, args, kwargs, ctx.key, e.item_memo, &done, served);
+        if (done || PyErr_Occurred()) {
+          *handled = done;
+          return r;
+        }
       }
       return bypass(reason);
     }
@@ -337,6 +346,7 @@ PyObject* try_cache(
     Py_INCREF(func);
     e.func = func;
     if (parse_entry(ctx, desc, e)) {
+      if (e.negative && !ctx.symbolic) e.item_memo = item_memo_candidate(func, desc);
       // Only a call stock answered by itself: a call whose kernel dispatched
       // others (decompositions) also filled stock's cache for those.
       if (!stock_hit && g_stats[DispatchTotal] == dispatches0) {

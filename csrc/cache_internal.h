@@ -7,6 +7,7 @@
 //   cache_rebuild.cpp  building the outputs of a hit (static and symbolic)
 //   cache_synth.cpp    recipes of the validation tensors stock builds on a miss
 //   cache_portable.cpp symbolic entries reused in another ShapeEnv
+//   item_memo.cpp      repeats of `.item()` answered from the argument's memo
 #pragma once
 
 #include "compat.h"
@@ -92,6 +93,8 @@ struct Entry {
   // Served although stock bypasses its cache for the call ("unsafe view"): a hit
   // counts as stock's bypass, not as a stock hit.
   bool stock_bypasses = false;
+  // Negative static entries of `.item()` (csrc/item_memo.h's ItemMemo).
+  uint8_t item_memo = 0;
   bool tuple = false;
   PyObject* func = nullptr; // owned: keeps the op id in the key valid
   std::vector<OutSpec> outs;

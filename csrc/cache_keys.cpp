@@ -311,11 +311,22 @@ bool global_key(PyObject* mode, PyObject* func, Key& key) {
     PyErr_Clear();
     return false;
   }
-  const Py_hash_t h = PyObject_Hash(settings);
-  Py_DECREF(settings);
-  if (h == -1) {
-    PyErr_Clear();
-    return false;
+  // Stock keys on the settings' value (a frozen dataclass). The last one hashed is
+  // kept with its hash (one reference: its address cannot be reused meanwhile).
+  static PyObject* last_settings = nullptr;
+  static Py_hash_t last_hash = -1;
+  Py_hash_t h = last_hash;
+  if (settings != last_settings) {
+    h = PyObject_Hash(settings);
+    if (h == -1) {
+      PyErr_Clear();
+      Py_DECREF(settings);
+      return false;
+    }
+    Py_XSETREF(last_settings, settings);
+    last_hash = h;
+  } else {
+    Py_DECREF(settings);
   }
   key.push_back(1);
   key.push_back(static_cast<int64_t>(h));

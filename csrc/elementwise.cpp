@@ -40,6 +40,10 @@
 
 namespace fastfake {
 
+namespace cache_detail {
+bool global_key(PyObject* mode, PyObject* func, Key& key); // cache_keys.cpp
+} // namespace cache_detail
+
 using namespace elementwise_detail;
 
 namespace {
@@ -189,12 +193,19 @@ const c10::Device& dev_of(PyObject* device) {
 // What stock's dispatch-cache key would tell apart for this call (the signature
 // plus every operand's exact metadata), as a 64-bit hash: only to count the call
 // as the hit or miss stock's cache would report (stock_counts.cpp).
-uint64_t call_hash(const Key& sig, const std::vector<Operand>& ops) {
+uint64_t call_hash(PyObject* mode, PyObject* func, const Key& sig, const std::vector<Operand>& ops) {
   uint64_t h = KeyHash{}(sig);
   auto mix = [&h](int64_t x) {
     h ^= static_cast<uint64_t>(x) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
   };
-  mix(c10::InferenceMode::is_enabled());
+  // What stock's key holds besides the operands: default dtype and device,
+  // inference mode, proxy tracing, the ShapeEnv's settings (or none).
+  Key global;
+  if (cache_detail::global_key(mode, func, global)) {
+    mix(static_cast<int64_t>(KeyHash{}(global)));
+  } else {
+    mix(-13);
+  }
   for (const Operand& o : ops) {
     if (o.t == nullptr) {
       mix(-7);
@@ -707,7 +718,7 @@ PyObject* try_elementwise(
         if (stock == nullptr) {
           return nullptr;
         }
-        stock_count_seen(call_hash(sig, ops));
+        stock_count_seen(call_hash(mode, func, sig, ops));
         narrow_rules(spec, e, mode, ops, shape, common, stock);
         return stock;
       }
@@ -716,7 +727,7 @@ PyObject* try_elementwise(
     *served = true;
     ++spec.hits;
     bump(EwHit);
-    stock_count_served(call_hash(sig, ops));
+    stock_count_served(call_hash(mode, func, sig, ops));
     if (spec.inplace) {
       Py_INCREF(self_obj);
       return self_obj;
@@ -738,7 +749,7 @@ PyObject* try_elementwise(
   PyObject* stock = call_stock_dispatch(mode, func, types, args, kwargs);
   SigEntry entry;
   if (stock != nullptr) {
-    stock_count_seen(call_hash(sig, ops));
+    stock_count_seen(call_hash(mode, func, sig, ops));
   }
   if (stock == nullptr) {
     entry.state = -1;

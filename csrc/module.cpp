@@ -3,6 +3,7 @@
 #include "fastfake.h"
 #include "portable.h"
 #include "rerun.h"
+#include "item_memo.h"
 #include "symnode_expr.h"
 #include "symnode_int.h"
 #include "file_listing.h"
@@ -168,6 +169,21 @@ PYBIND11_MODULE(_C, m) {
   m.def("rerun_reset_counts", []() { rerun_reset_counts(); });
   m.def("rerun_set_counts", [](uint64_t served, uint64_t declined_inputs) {
     rerun_set_counts(served, declined_inputs);
+  });
+  m.def(
+      "setup_item_memo",
+      [](py::handle op, py::handle reason, py::handle eligible) {
+        item_memo_setup(op.ptr(), reason.ptr(), eligible.ptr());
+      },
+      "Bind the op, stock's bypass reason and fastfake._item_memo.eligible (`.item()` repeats).");
+  m.def(
+      "set_item_memo",
+      [](bool on) { return item_memo_set(on); },
+      py::arg("on"),
+      "Serve and learn `.item()` repeats from the argument's memo; returns the previous setting.");
+  m.def("item_memo_counts", []() { return item_memo_counts(); });
+  m.def("item_memo_set_counts", [](const std::map<std::string, uint64_t>& c) {
+    item_memo_set_counts(c);
   });
   m.def(
       "setup_symnode_memo",
@@ -390,10 +406,12 @@ PYBIND11_MODULE(_C, m) {
           symnode_expr_inject_fault(n);
         } else if (kind == "symnode_int") {
           symnode_int_inject_fault(n);
+        } else if (kind == "item_memo") {
+          item_memo_inject_fault(n);
         } else {
           throw py::value_error(
               "_inject_fault: kind is 'dtype', 'device', 'convert', 'portable', 'rerun', "
-              "'symnode', 'symnode_expr' or 'symnode_int'");
+              "'symnode', 'symnode_expr', 'symnode_int' or 'item_memo'");
         }
       },
       py::arg("n"),

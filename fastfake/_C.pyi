@@ -161,6 +161,27 @@ def rerun_reset_counts() -> None: ...
 def rerun_set_counts(served: int, declined_inputs: int) -> None:
     """Put saved counts back (the self-test restores the user's counters)."""
 
+def setup_item_memo(op: Any, reason: str, eligible: Callable[[Any], bool]) -> None:
+    """Bind ``.item()`` repeats (csrc/item_memo.cpp, ``fastfake._item_memo``): ``op``
+    (``aten._local_scalar_dense.default``), ``reason`` (stock's bypass reason for it,
+    ``"data dependent output"``) and ``eligible(mode)``. A negative static
+    result-cache entry learned from stock's ``"stock: <reason>"`` description of
+    ``op`` is a candidate; stock's answer from the argument's ``item_memo`` (that
+    object, one bypass counted, no hit, miss or nested dispatch) proves it; a proven
+    entry then answers a call whose only argument is the mode's own FakeTensor
+    without a constant, whose ``item_memo`` descriptor returns a value and for which
+    ``eligible(mode)`` is true, with that value, counting stock's bypass."""
+
+def set_item_memo(on: bool) -> bool:
+    """Serve and learn ``.item()`` repeats (returns the previous setting)."""
+
+def item_memo_counts() -> dict[str, int]:
+    """``served``, ``learned``, ``declined.no_memo``, ``declined.mode_state``,
+    ``declined.arguments``."""
+
+def item_memo_set_counts(counts: dict[str, int]) -> None:
+    """Put saved counts back (names missing from ``counts`` become 0)."""
+
 def setup_symnode_memo(
     symnode: type,
     method_to_operator: dict[str, Callable[..., Any]],
@@ -345,7 +366,9 @@ def _inject_fault(n: int, kind: str = "dtype") -> None:
     the SymNode memo get the other optimized-summation flag; ``kind="symnode_expr"``:
     the next ``n`` ``SymNode.expr`` reads after a replacement answer the unreplaced
     ``_expr``; ``kind="symnode_int"``: the next ``n`` ``SymNode.maybe_as_int`` calls
-    whose answer is an int answer None."""
+    whose answer is an int answer None; ``kind="item_memo"``: the next ``n`` served
+    ``.item()`` repeats read the raw ``_item_memo`` attribute, skipping the memo
+    descriptor's staleness check."""
 
 def _faults_requested() -> int:
     """Testing only: how many non-zero faults :func:`_inject_fault` was asked for in

@@ -41,6 +41,8 @@ SOURCES = (
     _functional,
     _portable,
     _rerun,
+    # `.item()` repeats answered from the argument's memo (fastfake/_item_memo.py)
+    ExtensionCounts("cache.item_memo", _C.item_memo_counts, _C.item_memo_set_counts),
     # the SymNode arithmetic memo (fastfake/_symnode.py), SymNode.expr and
     # SymNode.maybe_as_int in C (fastfake/_symnode_expr.py, _symnode_int.py)
     ExtensionCounts("symnode.memo", _C.symnode_memo_counts, _C.symnode_memo_set_counts),

@@ -16,6 +16,7 @@ from . import (
     _convert,
     _detach,
     _functional,
+    _item_memo,
     _portable,
     _registry,
     _rerun,
@@ -157,6 +158,7 @@ def _setup() -> None:
     _C.setup_symbolic(SymNode, torch.SymInt, sym_vid, still_valid, capture_begin)
     _portable.setup(_C)
     _rerun.setup(_C)
+    _item_memo.setup()
     _symnode.setup(_C)
     if _fake_prop.available():
         _fake_prop.setup()
@@ -228,6 +230,8 @@ def install(
         return
     _check_version()
     ft, _ = _torch_internals()
+    if _State.requested is None:
+        _stock_cache.attach()
     # Setting up and self-testing run stock fake ops; stock's dispatch cache and
     # its statistics are left as they were.
     with _selftest.stock_state_preserved(), _stock_cache.not_counted():
@@ -253,6 +257,7 @@ def install(
     report = _State.selftest
     _C.set_portable(opts.cache and _portable_allowed(report))
     _C.set_rerun(opts.cache and _rerun_allowed(report))
+    _C.set_item_memo(opts.cache and _item_memo_allowed(report))
     _apply(ft, opts)
     if opts.cache and _allowed(report, "functional_storage"):
         _functional.install(crosscheck=opts.crosscheck)
@@ -280,6 +285,7 @@ SWITCHES = {
     "cache_symbolic": "FASTFAKE_NO_SYMBOLIC_CACHE",
     "cache_portable": "FASTFAKE_NO_PORTABLE",
     "cache_rerun": "FASTFAKE_NO_RERUN",
+    "cache_item_memo": "FASTFAKE_NO_ITEM_MEMO",
     "functional_storage": "FASTFAKE_NO_FUNCTIONAL_MEMO",
     "detach": "FASTFAKE_NO_FAST_DETACH",
     "convert": "FASTFAKE_NO_FAST_CONVERT",
@@ -313,6 +319,10 @@ def _rerun_allowed(report) -> bool:
         and _allowed(report, "cache_rerun")
         and _compat.stock_reruns_unsafe_view()
     )
+
+
+def _item_memo_allowed(report) -> bool:
+    return _allowed(report, "cache_item_memo") and _item_memo.available()
 
 
 def _patch_symnode(on: bool, crosscheck: bool = False) -> None:
@@ -416,7 +426,7 @@ def _run_selftest(ft) -> _selftest.Report:
     def only(feature: str):
         _C.set_config(
             elementwise=feature == "elementwise",
-            cache=feature in ("cache", "cache_symbolic", "cache_portable", "cache_rerun"),
+            cache=feature in ("cache", "cache_symbolic", "cache_portable", "cache_rerun", "cache_item_memo"),
             crosscheck=False,
             max_signatures_per_op=MAX_SIGNATURES_PER_OP,
             cache_max_entries=CACHE_MAX_ENTRIES,
@@ -425,6 +435,7 @@ def _run_selftest(ft) -> _selftest.Report:
         )
         _C.set_portable(feature == "cache_portable")
         _C.set_rerun(feature == "cache_rerun")
+        _C.set_item_memo(feature == "cache_item_memo")
         _apply(ft, Options(elementwise=True, cache=feature != "elementwise", device=True))
         if feature == "functional_storage":
             _functional.install()
@@ -464,6 +475,8 @@ def _run_selftest(ft) -> _selftest.Report:
             features.append("cache_portable")
         if _compat.stock_reruns_unsafe_view():
             features.append("cache_rerun")
+    if _item_memo.available():
+        features.append("cache_item_memo")
     if _symnode.available():
         features.append("symnode_memo")
     if _fake_prop.available():
@@ -546,6 +559,7 @@ def _configure_off() -> None:
     _C.set_convert(False)
     _C.set_portable(False)
     _C.set_rerun(False)
+    _C.set_item_memo(False)
     _C.set_symnode_memo(False)
     _C.set_symnode_memo_check(None)
     _C.set_symnode_expr_check(None)

@@ -41,6 +41,7 @@ FEATURES = {
     "cache_symbolic": ("cache.symbolic.hit",),
     "cache_portable": ("cache.symbolic.portable.served",),
     "cache_rerun": ("cache.symbolic.rerun.served",),
+    "cache_item_memo": ("cache.item_memo.served",),
     "device": ("device.fast",),
     "functional_storage": ("functional.storage.hit", "functional.storage.replayed"),
     "detach": ("detach.fast",),
@@ -204,6 +205,30 @@ def _rerun_program(mode, dev: str) -> list:
         out.append(("output memo", (), _C.synth_recipe(y, True)))
         z = torch.ops.aten._unsafe_view.default(y, [x.shape[1], x.shape[0]])
         out.append(("_unsafe_view back", (y,), z))
+    return out
+
+
+def _item_memo_program(mode, dev: str) -> list:
+    """``.item()`` of 0-d tensors again and again (the repeats answered from the
+    tensor's memo), after an in-place update (the memo is stale: a new unbacked
+    symbol), and in a new epoch of the mode."""
+    out = []
+    for dtype in (torch.float64, torch.int64, torch.bool):
+        x = torch.empty((), dtype=dtype, device=dev)
+        first = x.item()
+        for _ in range(3):
+            r = x.item()
+            out.append((f"item {dtype}", (x,), (r, r.node is first.node)))
+        if dtype is not torch.bool:
+            x.add_(1)
+            again = x.item()
+            out.append((f"item after add_ {dtype}", (x,), (again, again.node is first.node)))
+            out.append((f"item repeat after add_ {dtype}", (x,), x.item().node is again.node))
+        mode.epoch += 1
+        new_epoch = x.item()
+        out.append((f"item in a new epoch {dtype}", (x,), (new_epoch, new_epoch.node is first.node)))
+        out.append((f"item repeat in the new epoch {dtype}", (x,), x.item().node is new_epoch.node))
+    out.append(("unbacked symbols", (), repr(sorted(map(str, mode.shape_env.var_to_range)))))
     return out
 
 
@@ -518,6 +543,7 @@ def _groups() -> list[tuple[str, Program, bool, tuple[str, ...]]]:
         ("cache_symbolic", _symbolic_program, True, ("cpu",)),
         ("cache_portable", _portable_program, True, ("cpu",)),
         ("cache_rerun", _rerun_program, True, ("cpu",)),
+        ("cache_item_memo", _item_memo_program, True, ("cpu",)),
         ("functional_storage", _functional_program, True, ("cpu",)),
         ("detach", _detach_program, True, ("cpu", *accel)),
         ("convert", _convert_program, False, ("cpu",)),

@@ -24,7 +24,7 @@ import fastfake  # noqa: E402
 
 
 def _no_faults() -> None:
-    for kind in ("dtype", "device", "convert", "portable", "rerun", "symnode", "symnode_expr", "symnode_int"):
+    for kind in ("dtype", "device", "convert", "portable", "rerun", "symnode", "symnode_expr", "symnode_int", "item_memo"):
         fastfake._C._inject_fault(0, kind)
     fastfake._fake_prop._fault = None
 
