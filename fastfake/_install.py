@@ -230,8 +230,6 @@ def install(
         return
     _check_version()
     ft, _ = _torch_internals()
-    if _State.requested is None:
-        _stock_cache.attach()
     # Setting up and self-testing run stock fake ops; stock's dispatch cache and
     # its statistics are left as they were.
     with _selftest.stock_state_preserved(), _stock_cache.not_counted():

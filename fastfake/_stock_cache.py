@@ -22,9 +22,6 @@ Pending counts are also moved in by ``uninstall()`` and at interpreter exit (bef
 stock's own ``dump_cache_stats`` logs them). Bypasses are counted by stock itself:
 every call fastfake does not serve goes through stock's cache code.
 
-Stock's cache cleared while fastfake was uninstalled: the next ``install()`` drops
-fastfake's result cache too (:func:`attach`).
-
 Limits: the record of served calls starts empty at each ``install()``, so a call
 stock ran itself before (while fastfake was uninstalled) and fastfake now serves
 counts as a miss where stock would hit; the record is bounded like the result
@@ -54,40 +51,11 @@ def flush() -> None:
             FakeTensorMode.cache_bypasses["unsafe view"] += unsafe_view
 
 
-#: stock's static cache at the last uninstall(): (its size, hits, misses)
-_at_detach: tuple[int, int, int] | None = None
-
-
-def _stock_state() -> tuple[int, int, int]:
-    from torch._subclasses.fake_tensor import FakeTensorMode as M
-
-    return len(M.cache), M.cache_hits, M.cache_misses
-
-
 def detach() -> None:
     """At uninstall(): move the pending counts in, and forget the calls stock's
     cache would hold (from here on stock runs alone and holds only what it ran)."""
-    global _at_detach
     flush()
     _C.stock_cache_cleared()
-    _at_detach = _stock_state()
-
-
-def attach() -> None:
-    """At an install() after uninstall(): if stock's cache was cleared meanwhile
-    (it holds fewer entries, or its counters went back), fastfake's result-cache
-    entries may stand for entries stock no longer holds, and a hit served from one
-    would count as stock's hit where stock misses: they are dropped (learned
-    elementwise rules stay; they are proven rules, not cached results)."""
-    global _at_detach
-    if _at_detach is None:
-        return
-    size, hits, misses = _at_detach
-    _at_detach = None
-    now = _stock_state()
-    if now[0] < size or now[1] < hits or now[2] < misses:
-        _C.cache_clear()
-        _functional.clear()
 
 
 def make_cache_info(original: classmethod) -> classmethod:

@@ -111,15 +111,23 @@ def _program(seed: int, steps: int) -> list:
     return out
 
 
+def _clear_both() -> None:
+    """Stock's cache and fastfake's result cache emptied (FakeTensorMode.cache_clear()
+    while fastfake is uninstalled leaves fastfake's entries, whose hits would count
+    as stock's hits after the next install(): README, Limits)."""
+    FakeTensorMode.cache_clear()
+    _C.cache_clear()
+
+
 def _diff(stock: list, fast: list) -> list:
     return [(s, f) for s, f in zip(stock, fast) if s != f]
 
 
 @pytest.mark.parametrize("seed", range(4))
 def test_random_sequences_match_stock(seed):
-    FakeTensorMode.cache_clear()
+    _clear_both()
     stock = _program(seed, 600)
-    FakeTensorMode.cache_clear()
+    _clear_both()
     fastfake.install()
     fast = _program(seed, 600)
     stats = fastfake.stats()
@@ -135,9 +143,9 @@ def test_random_sequences_match_stock(seed):
 def test_random_comparison_sees_a_wrong_answer():
     """The comparison above can fail: a served memo kept across an in-place update
     or a new epoch (stock's staleness check skipped) differs from stock."""
-    FakeTensorMode.cache_clear()
+    _clear_both()
     stock = _program(0, 600)
-    FakeTensorMode.cache_clear()
+    _clear_both()
     fastfake.install()
     _C._inject_fault(100000, "item_memo")
     fast = _program(0, 600)
@@ -151,7 +159,7 @@ def test_counted_as_stock_counts_without_the_extension():
     objects and stock's cache counters move exactly as stock's own calls move them."""
 
     def run():
-        FakeTensorMode.cache_clear()
+        _clear_both()
         mode = FakeTensorMode(shape_env=ShapeEnv())
         with mode:
             x = torch.empty((), dtype=torch.float64)
@@ -176,7 +184,7 @@ def test_counted_as_stock_counts_without_the_extension():
 
 def test_crosscheck_verifies_served_repeats():
     def run():
-        FakeTensorMode.cache_clear()
+        _clear_both()
         with FakeTensorMode(shape_env=ShapeEnv()):
             x = torch.empty((), dtype=torch.int64)
             before = _counts()
@@ -193,7 +201,7 @@ def test_crosscheck_verifies_served_repeats():
 
 
 def _repeats(mode_kwargs: dict) -> tuple:
-    FakeTensorMode.cache_clear()
+    _clear_both()
     with FakeTensorMode(shape_env=ShapeEnv(), **mode_kwargs):
         x = torch.empty((), dtype=torch.float64)
         vals = [x.item() for _ in range(4)]
