@@ -12,7 +12,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import fastfake
-from fastfake import _compat, _fake_prop, _symnode, _symnode_expr, _symnode_int
+from fastfake import _compat, _fake_prop, _item_memo, _symnode, _symnode_expr, _symnode_int
 from faults import fault_turns_off_only, in_subprocess
 
 
@@ -43,6 +43,8 @@ def test_passes_here_and_every_feature_served():
         expected.add("symnode_expr")
     if _symnode_int.available():
         expected.add("symnode_int")
+    if _item_memo.available():
+        expected.add("cache_item_memo")
     assert set(report["passed"]) == expected
     assert all(report["passed"].values())
     # Each feature served results itself, so the comparison proved something.
