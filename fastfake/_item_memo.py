@@ -48,13 +48,20 @@ def eligible(mode: Any) -> bool:
     config = sys.modules.get("torch._dynamo.config")
     if config is None or getattr(config, "_custom_ops_profile", None) is not None:
         return False
-    from torch._decomp import decomposition_table
-
-    if OP in decomposition_table:
+    decompositions, registry = _tables()
+    if OP in decompositions:
         return False
+    return not registry.find(OP.name()).fake_impl.kernel
+
+
+@functools.cache
+def _tables() -> tuple:
+    """Stock's decomposition table and custom-op registry (module-level objects,
+    mutated in place; imported once instead of on every served call)."""
+    from torch._decomp import decomposition_table
     from torch._library.simple_registry import singleton
 
-    return not singleton.find(OP.name()).fake_impl.kernel
+    return decomposition_table, singleton
 
 
 @functools.cache
