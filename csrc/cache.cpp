@@ -313,7 +313,6 @@ PyObject* try_cache(
       Py_XDECREF(r);
     }
   }
-  const uint64_t dispatches0 = g_stats[DispatchTotal];
   PyObject* out = call_stock_dispatch(mode, func, types, args, kwargs);
   if (out == nullptr) {
     Py_CLEAR(before);
@@ -347,9 +346,9 @@ PyObject* try_cache(
     e.func = func;
     if (parse_entry(ctx, desc, e)) {
       if (e.negative && !ctx.symbolic) e.item_memo = item_memo_candidate(func, desc);
-      // Only a call stock answered by itself: a call whose kernel dispatched
-      // others (decompositions) also filled stock's cache for those.
-      if (!stock_hit && g_stats[DispatchTotal] == dispatches0) {
+      // Only a call stock missed; fastfake._portable tells whether the calls its
+      // kernel dispatched (decompositions) can be replayed where it serves.
+      if (!stock_hit) {
         portable_learn(mode, func, args, kwargs, out, before, ctx, e);
       }
       store(std::move(ctx.key), std::move(e));

@@ -167,8 +167,29 @@ bool learn_derived(
     const c10::TensorImpl* impl,
     std::vector<std::pair<Derived, SymVal>>& out);
 bool parse_entry(const KeyCtx& ctx, PyObject* desc, Entry& e);
+// A bit per derived value (numel, contiguity flags) a symbolic FakeTensor argument
+// has memoised, bit 31 for symbolic sizes; 0 for anything else. *ok = false when
+// the values cannot be read. masks_of: one mask per element of the args tuple.
+uint32_t derived_mask(const KeyCtx& ctx, PyObject* a, bool* ok);
+bool masks_of(const KeyCtx& ctx, PyObject* args, std::vector<uint32_t>& out);
+// What a kernel memoised on an argument tensor (`arg`: its index in the args
+// tuple; only `values->derived` is used).
+struct Seed {
+  Py_ssize_t arg = -1;
+  std::shared_ptr<SymShape> values;
+};
+// The derived values present now on the argument tensors whose bit was not in
+// `before` (masks_of, taken before the kernel ran).
+bool seeds_of(
+    const KeyCtx& ctx,
+    PyObject* args,
+    const std::vector<uint32_t>& before,
+    std::vector<Seed>& out);
 
 // ---- cache_rebuild.cpp ----
+// Memoise the recorded derived values on a symbolic tensor (as stock's kernel
+// computed them); false (no error set) if the tensor has no symbolic sizes.
+bool seed_derived(const KeyCtx& ctx, c10::TensorImpl* impl, const SymShape& m);
 bool make_symint(const KeyCtx& ctx, const SymVal& v, c10::SymInt& out);
 c10::Storage meta_storage(c10::SymInt nbytes);
 PyObject* build_symbolic(

@@ -1,7 +1,8 @@
 // Symbolic result-cache entries reused in another ShapeEnv ("portable" entries).
 //
 // A symbolic entry is keyed with its ShapeEnv's id (cache_keys.cpp). When stock
-// *missed* on a call that left its ShapeEnv unchanged, the entry is also recorded
+// *missed* on a call that left its ShapeEnv unchanged (and whose nested calls,
+// if its kernel dispatched any, can be replayed), the entry is also recorded
 // here under the same key with the ShapeEnv id replaced by 0, together with the
 // outputs stock's miss returned (its kernel's output, whose SymNode identities
 // differ from those of stock's hit) and fastfake._portable's record (the symbols,
@@ -15,6 +16,11 @@
 #include "cache_internal.h"
 #include "portable.h"
 
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <algorithm>
+#include <cstring>
+
 namespace fastfake {
 namespace cache_detail {
 
@@ -23,6 +29,8 @@ namespace {
 struct PEntry {
   Entry hit; // what stock's hit builds: becomes the local entry after serving
   Entry miss; // what stock's miss returned
+  std::vector<uint32_t> masks; // the derived values each argument had memoised
+  std::vector<Seed> seeds; // what stock's kernel memoised on its arguments
   PyObject* record = nullptr; // owned, opaque (fastfake._portable)
   void release() {
     hit.release();
@@ -36,6 +44,8 @@ std::unordered_map<Key, PEntry, KeyHash>& g_portable =
 constexpr size_t kMaxPortable = 8192;
 bool g_on = false;
 int g_inject_fault = 0;
+uint64_t g_memo_refused = 0; // not recorded: an output holds an argument's derived value
+uint64_t g_memo_declined = 0; // not served: the arguments had memoised other derived values
 PyObject* g_before = nullptr;
 PyObject* g_learn = nullptr;
 PyObject* g_admit = nullptr;
@@ -64,14 +74,87 @@ bool usable(const KeyCtx& ctx) {
       !ctx.key.empty() && !g_stock_counts.non_fake_call && !proxy_tracing();
 }
 
+// The SymNodes the argument tensors hold as memoised derived values.
+void derived_nodes(PyObject* args, std::vector<PyObject*>& out) {
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); ++i) {
+    PyObject* a = PyTuple_GET_ITEM(args, i);
+    if (!is_fake_exact(a)) continue;
+    const c10::TensorImpl* impl = THPVariable_Unpack(a).unsafeGetTensorImpl();
+    if (!impl->has_symbolic_sizes_strides()) continue;
+    const c10::SymbolicShapeMeta* m = shape_meta(impl);
+    if (m == nullptr) continue;
+    if (m->has_numel() && m->numel().is_heap_allocated()) {
+      out.push_back(py_sym_node(m->numel().toSymNodeImplUnowned()));
+    }
+    using M = c10::SymbolicShapeMeta;
+    const std::pair<bool, const c10::SymBool& (M::*)() const> flags[] = {
+        {m->has_is_contiguous(), &M::is_contiguous},
+        {m->has_is_channels_last_contiguous(), &M::is_channels_last_contiguous},
+        {m->has_is_channels_last_3d_contiguous(), &M::is_channels_last_3d_contiguous},
+        {m->has_is_channels_last(), &M::is_channels_last},
+        {m->has_is_channels_last_3d(), &M::is_channels_last_3d},
+        {m->has_is_non_overlapping_and_dense(), &M::is_non_overlapping_and_dense},
+    };
+    for (const auto& [avail, get] : flags) {
+      if (avail && (m->*get)().is_heap_allocated()) {
+        out.push_back(py_sym_node((m->*get)().toSymNodeImplUnowned()));
+      }
+    }
+  }
+}
+
+// Whether an output holds one of `nodes` (sizes, strides, offset, storage size):
+// stock's kernel returned an argument's memoised value itself (`view(-1)`'s size
+// is its input's numel), which a recipe would rebuild as a new SymNode.
+bool reuses(PyObject* out, const std::vector<PyObject*>& nodes) {
+  if (nodes.empty()) return false;
+  auto hit = [&](const c10::SymInt& x) {
+    if (!x.is_heap_allocated()) return false;
+    PyObject* n = py_sym_node(x.toSymNodeImplUnowned());
+    return std::find(nodes.begin(), nodes.end(), n) != nodes.end();
+  };
+  auto one = [&](PyObject* o) {
+    if (!is_fake_exact(o)) return false;
+    const c10::TensorImpl* impl = THPVariable_Unpack(o).unsafeGetTensorImpl();
+    if (!impl->has_symbolic_sizes_strides()) return false;
+    for (const auto& x : impl->sym_sizes()) if (hit(x)) return true;
+    for (const auto& x : impl->sym_strides()) if (hit(x)) return true;
+    return hit(impl->sym_storage_offset()) ||
+        (impl->has_storage() && hit(impl->storage().sym_nbytes()));
+  };
+  if (PyTuple_Check(out)) {
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(out); ++i) {
+      if (one(PyTuple_GET_ITEM(out, i))) return true;
+    }
+    return false;
+  }
+  return one(out);
+}
+
 } // namespace
 
 PyObject* portable_before(PyObject* mode, PyObject* args, PyObject* kwargs, const KeyCtx& ctx) {
   if (!usable(ctx)) return nullptr;
+  // (the derived values each argument has memoised ride along, as bytes)
+  std::vector<uint32_t> masks;
+  if (!masks_of(ctx, args, masks)) {
+    PyErr_Clear();
+    return nullptr;
+  }
   PyObject* argv[3] = {mode, args, kwargs != nullptr ? kwargs : Py_None};
   PyObject* r = PyObject_Vectorcall(g_before, argv, 3, nullptr);
-  if (r == nullptr) PyErr_Clear();
-  return r;
+  if (r == nullptr) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  PyObject* bytes = PyBytes_FromStringAndSize(
+      reinterpret_cast<const char*>(masks.data()),
+      static_cast<Py_ssize_t>(masks.size() * sizeof(uint32_t)));
+  PyObject* packed = bytes != nullptr ? PyTuple_Pack(2, r, bytes) : nullptr;
+  Py_DECREF(r);
+  Py_XDECREF(bytes);
+  if (packed == nullptr) PyErr_Clear();
+  return packed;
 }
 
 void portable_learn(
@@ -84,7 +167,23 @@ void portable_learn(
     const KeyCtx& ctx,
     const Entry& e) {
   if (before == nullptr || e.negative || g_learn == nullptr) return;
-  PyObject* argv[6] = {mode, func, args, kwargs != nullptr ? kwargs : Py_None, out, before};
+  std::vector<uint32_t> masks(
+      static_cast<size_t>(PyBytes_GET_SIZE(PyTuple_GET_ITEM(before, 1))) / sizeof(uint32_t));
+  std::memcpy(masks.data(), PyBytes_AS_STRING(PyTuple_GET_ITEM(before, 1)),
+              masks.size() * sizeof(uint32_t));
+  // Stock's miss in another ShapeEnv memoises on the arguments what the kernel
+  // memoised here (recorded, seeded where served), and returns what they had
+  // memoised if it did here: that a recipe cannot rebuild.
+  std::vector<PyObject*> nodes;
+  derived_nodes(args, nodes);
+  std::vector<Seed> seeds;
+  if (reuses(out, nodes) || !seeds_of(ctx, args, masks, seeds)) {
+    PyErr_Clear();
+    ++g_memo_refused;
+    return;
+  }
+  PyObject* argv[6] = {mode, func, args, kwargs != nullptr ? kwargs : Py_None, out,
+                       PyTuple_GET_ITEM(before, 0)};
   PyObject* r = PyObject_Vectorcall(g_learn, argv, 6, nullptr);
   if (r == nullptr) {
     PyErr_Clear();
@@ -108,6 +207,8 @@ void portable_learn(
     if (o.kind == OutSpec::View) o.share_version = true;
   }
   pe.hit = clone(e);
+  pe.masks = std::move(masks);
+  pe.seeds = std::move(seeds);
   pe.record = PyTuple_GET_ITEM(r, 0);
   Py_INCREF(pe.record);
   Py_DECREF(r);
@@ -133,6 +234,12 @@ PyObject* portable_serve(
   auto it = g_portable.find(portable_key(ctx.key));
   if (it == g_portable.end()) return nullptr;
   PEntry& pe = it->second;
+  std::vector<uint32_t> masks;
+  if (!masks_of(ctx, args, masks) || masks != pe.masks) {
+    PyErr_Clear();
+    ++g_memo_declined;
+    return nullptr;
+  }
   PyObject* argv[5] = {mode, func, args, kwargs != nullptr ? kwargs : Py_None, pe.record};
   PyObject* adm = PyObject_Vectorcall(g_admit, argv, 5, nullptr);
   if (adm == nullptr) {
@@ -151,12 +258,23 @@ PyObject* portable_serve(
     Py_DECREF(adm);
     return nullptr; // stock computes it
   }
+  for (const Seed& sd : pe.seeds) {
+    // (the masks matched: the argument is symbolic and had none of these)
+    c10::TensorImpl* impl = THPVariable_Unpack(PyTuple_GET_ITEM(args, sd.arg)).unsafeGetTensorImpl();
+    if (!seed_derived(ctx, impl, *sd.values)) {
+      PyErr_Clear();
+      Py_DECREF(adm);
+      Py_DECREF(out);
+      return nullptr;
+    }
+  }
   // Under fastfake's crosscheck, stock's verifying call of this very call is the
   // miss that stores stock's entry (and counts itself): comparing with it compares
   // with stock's miss, which is what was served.
-  PyObject* cargv[4] = {mode, PyTuple_GET_ITEM(adm, 1), pe.record,
-                        g_config.crosscheck ? Py_False : Py_True};
-  PyObject* ok = PyObject_Vectorcall(g_commit, cargv, 4, nullptr);
+  PyObject* cargv[5] = {mode, PyTuple_GET_ITEM(adm, 1), pe.record,
+                        g_config.crosscheck ? Py_False : Py_True,
+                        g_stock_counts.enabled ? Py_True : Py_False};
+  PyObject* ok = PyObject_Vectorcall(g_commit, cargv, 5, nullptr);
   if (ok == nullptr) {
     PyErr_Clear();
     Py_DECREF(adm);
@@ -195,6 +313,15 @@ bool portable_set(bool on) {
 
 void portable_inject_fault(int n) {
   cache_detail::g_inject_fault = n;
+}
+
+std::pair<uint64_t, uint64_t> portable_memo_counts() {
+  return {cache_detail::g_memo_refused, cache_detail::g_memo_declined};
+}
+
+void portable_set_memo_counts(uint64_t refused, uint64_t declined) {
+  cache_detail::g_memo_refused = refused;
+  cache_detail::g_memo_declined = declined;
 }
 
 size_t portable_size() {

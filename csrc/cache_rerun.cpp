@@ -31,14 +31,7 @@
 namespace fastfake {
 namespace cache_detail {
 
-bool seed_derived(const KeyCtx& ctx, c10::TensorImpl* impl, const SymShape& m); // cache_rebuild.cpp
-
 namespace {
-
-struct Seed {
-  Py_ssize_t arg = -1;
-  std::shared_ptr<SymShape> values; // only `derived` is used
-};
 
 struct REntry {
   Entry out;
@@ -61,61 +54,6 @@ uint64_t g_served = 0, g_declined_inputs = 0;
 PyObject* g_before = nullptr;
 PyObject* g_learn = nullptr;
 PyObject* g_admit = nullptr;
-
-// A bit per derived value a symbolic FakeTensor argument has memoised; 0 for
-// anything else. Sets *ok = false when the values cannot be read.
-uint32_t derived_mask(const KeyCtx& ctx, PyObject* a, bool* ok) {
-  if (!is_fake_exact(a)) return 0;
-  const c10::TensorImpl* impl = THPVariable_Unpack(a).unsafeGetTensorImpl();
-  std::vector<std::pair<Derived, SymVal>> d;
-  if (!learn_derived(ctx, impl, d)) {
-    *ok = false;
-  }
-  uint32_t m = impl->has_symbolic_sizes_strides() ? 1u << 31 : 0;
-  for (auto& [k, v] : d) {
-    m |= 1u << k;
-    Py_CLEAR(v.fields);
-  }
-  return m;
-}
-
-bool masks_of(const KeyCtx& ctx, PyObject* args, std::vector<uint32_t>& out) {
-  bool ok = true;
-  out.clear();
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); ++i) {
-    out.push_back(derived_mask(ctx, PyTuple_GET_ITEM(args, i), &ok));
-  }
-  return ok;
-}
-
-// What the kernel memoised on argument tensors: the values present now whose bit
-// was not in the mask before.
-bool seeds_of(
-    const KeyCtx& ctx,
-    PyObject* args,
-    const std::vector<uint32_t>& before,
-    std::vector<Seed>& out) {
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); ++i) {
-    PyObject* a = PyTuple_GET_ITEM(args, i);
-    if (!is_fake_exact(a)) continue;
-    const c10::TensorImpl* impl = THPVariable_Unpack(a).unsafeGetTensorImpl();
-    auto values = std::make_shared<SymShape>();
-    std::vector<std::pair<Derived, SymVal>> d;
-    if (!learn_derived(ctx, impl, d)) {
-      for (auto& p : d) Py_CLEAR(p.second.fields);
-      return false;
-    }
-    for (auto& p : d) {
-      if (before[static_cast<size_t>(i)] & (1u << p.first)) {
-        Py_CLEAR(p.second.fields);
-      } else {
-        values->derived.push_back(std::move(p));
-      }
-    }
-    if (!values->derived.empty()) out.push_back(Seed{i, std::move(values)});
-  }
-  return true;
-}
 
 bool applies(PyObject* func, const KeyCtx& ctx) {
   return g_on && g_before != nullptr && ctx.symbolic && ctx.shape_env != nullptr &&

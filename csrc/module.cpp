@@ -251,6 +251,14 @@ PYBIND11_MODULE(_C, m) {
       [](bool on) { return portable_set(on); },
       "Serve and record symbolic entries across ShapeEnvs; returns the previous setting.");
   m.def(
+      "portable_memo_counts",
+      []() { return portable_memo_counts(); },
+      "(refused, declined): portable records refused and first calls declined over "
+      "the arguments' memoised derived values.");
+  m.def("portable_set_memo_counts", [](uint64_t refused, uint64_t declined) {
+    portable_set_memo_counts(refused, declined);
+  });
+  m.def(
       "portable_size",
       []() { return portable_size(); },
       "Number of recorded symbolic entries other ShapeEnvs may reuse.");

@@ -5,6 +5,8 @@
 #include <Python.h>
 
 #include <cstddef>
+#include <cstdint>
+#include <utility>
 
 namespace fastfake {
 
@@ -13,6 +15,11 @@ void portable_setup(PyObject* before, PyObject* learn, PyObject* admit, PyObject
 // Turns serving and learning on or off; returns the previous setting.
 bool portable_set(bool on);
 size_t portable_size();
+// (recorded calls refused because the kernel memoised on, or returned, an
+// argument's derived values; first calls declined because the arguments had
+// memoised other derived values than where the call was recorded)
+std::pair<uint64_t, uint64_t> portable_memo_counts();
+void portable_set_memo_counts(uint64_t refused, uint64_t declined);
 void portable_clear();
 // Testing only: the next n served calls are rebuilt from the recipe of stock's hit
 // instead of its miss (what a mix-up of the two recipes would serve).

@@ -108,19 +108,35 @@ def setup_portable(
     before: Callable[[Any, tuple, Any], Any],
     learn: Callable[[Any, Any, tuple, Any, Any, Any], Any],
     admit: Callable[[Any, Any, tuple, Any, Any], Any],
-    commit: Callable[[Any, Any, Any, bool], None],
+    commit: Callable[[Any, Any, Any, bool, bool], None],
 ) -> None:
     """Bind ``fastfake._portable``'s hooks: symbolic result-cache entries reused in
     another ShapeEnv (csrc/cache_portable.cpp). On a symbolic miss C++ asks
-    ``before(mode, args, kwargs)`` for a snapshot of the ShapeEnv before stock runs;
-    if stock missed and its kernel dispatched nothing else, ``learn(mode, func, args,
-    kwargs, out, snapshot)`` returns ``(record, miss_description)`` to record (the
-    key with the ShapeEnv id replaced by 0, the hit and miss recipes). A first call
-    in another ShapeEnv with that key is served when ``admit(mode, func, args,
-    kwargs, record)`` returns ``(validity, stock_key)``; ``commit(mode, stock_key,
-    record, store)`` then stores stock's entry into that ShapeEnv's cache (unless
-    fastfake's crosscheck runs stock's own miss) and the hit recipe becomes a local
-    entry."""
+    ``before(mode, args, kwargs)`` for a snapshot of the ShapeEnv before stock runs
+    (and notes the derived values -- numel, contiguity -- each argument has
+    memoised); if stock missed and no output holds an argument's memoised value,
+    ``learn(mode, func, args, kwargs, out, snapshot)``
+    returns ``(record, miss_description)`` to record (the key with the ShapeEnv id
+    replaced by 0, the hit and miss recipes; the record also describes the calls
+    the kernel dispatched, if it can replay them). A first call in another
+    ShapeEnv with that key, whose arguments have memoised the same derived values,
+    is served (and what the kernel memoised on the arguments memoised on them) when ``admit(mode, func, args, kwargs, record)`` returns
+    ``(validity, stock_keys)``; ``commit(mode, stock_keys, record, store, count)``
+    then stores stock's entries into that ShapeEnv's cache (unless fastfake's
+    crosscheck runs stock's own miss), adds the nested calls' counts to stock's
+    (``count``: stock's counters count served calls) and the hit recipe becomes a
+    local entry."""
+
+def portable_memo_counts() -> tuple[int, int]:
+    """``(refused, declined)``: calls not recorded because an output holds a
+    derived value an argument had memoised (``view(-1)``: its input's numel), and first calls
+    not served because their arguments had memoised other derived values than
+    the recorded call's (``stats()``: ``cache.symbolic.portable.input_memo`` /
+    ``.declined.input_memo``)."""
+
+def portable_set_memo_counts(refused: int, declined: int) -> None:
+    """Set the two counts of :func:`portable_memo_counts` (reset, and the
+    self-test's save / restore)."""
 
 def set_portable(on: bool) -> bool:
     """Serve and record symbolic entries across ShapeEnvs (returns the previous

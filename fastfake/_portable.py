@@ -21,10 +21,15 @@ So a portable entry is recorded only when
 
 * stock *missed* in the learning ShapeEnv A (its kernel ran; the output it
   returned is recorded as the recipe for a miss, next to the recipe of stock's
-  hit), its kernel dispatched no other call (stock's cache and its counters moved
-  by exactly this miss, and no call reached fastfake meanwhile), the call left A
-  unchanged (:func:`fingerprint` before and after, and the signature below), and
-  it involves only backed symbols without replacements;
+  hit), the call left A unchanged (:func:`fingerprint` before and after, and the
+  signature below), and it involves only backed symbols without replacements;
+* if the kernel dispatched other calls (a Python decomposition: ``view`` ->
+  ``prims.collapse_view``, ``native_layer_norm`` -> ``var_mean`` -> ``prims.var``,
+  ...), none of them was answered from a cache (no hit, nothing stored in stock's
+  ShapeEnv-free cache): then every nested call missed or bypassed, each miss
+  stored its entry into A's ShapeEnv cache (recorded in order, with their
+  ShapeEnv-free keys), and the bypasses per reason and the calls counted by
+  ``torch.utils._stats`` are recorded too ("nested" records);
 
 and it serves a call in B only when
 
@@ -32,50 +37,83 @@ and it serves a call in B only when
   and SymNode sharing), no proxy tracing is visible to fake dispatch, B's
   :func:`signature` over those symbols equals A's (so every static evaluation
   stock makes in B gives A's answer, and A's added nothing), and stock's cache in
-  B has no entry for the call (stock would miss).
+  B has no entry for the call (stock would miss) nor, for a nested record, for
+  any of the nested calls' keys. Then stock's kernel in B makes the same nested
+  calls with value-equal keys (the same expressions and hints, by the signature),
+  and each misses (or bypasses) exactly as in A, since none of their keys is
+  there and none repeats within the call (A had no hit).
 
 Serving it does what stock's miss in B does: the kernel's output (rebuilt from
 the miss recipe, SymNode identities included), stock's own entry stored into
 B's cache under B's key (``_set_cache_key_for_shape_env``, as stock's miss does;
 stock's entries hold no ShapeEnv), one miss counted for ``cache_info()``, and a
-local entry in fastfake's cache for B's later calls (stock would hit those).
+local entry in fastfake's cache for B's later calls (stock would hit those). A
+nested record also stores the nested calls' entries first, in A's order, under
+their recorded keys (stripped of their ShapeEnv, as stock stores every key), and
+adds their misses, bypasses and ``simple_call_counter`` counts.
 A view is rebuilt as stock's kernel returns it: over the viewed input's storage,
 sharing its version counter (stock's hit builds one of its own).
 
-Records hold sympy values, op overloads and stock's entries; never a ShapeEnv,
-mode, SymNode or tensor.
+Records hold sympy values, op overloads, stock's entries and stripped keys; never
+a ShapeEnv, mode, SymNode or tensor.
 """
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from typing import Any
 
 import torch
 from torch._subclasses import fake_tensor as ft
-from torch._subclasses._fake_tensor_utils import _CacheKeyState
+from torch._subclasses._fake_tensor_utils import (
+    _CacheKeyState,
+    _DeconstructedSymNode,
+    _DeconstructedSymType,
+    _InputBackref,
+    _PySymInputStub,
+)
+from torch.fx.experimental.sym_node import SymNode
 
-from . import _cache, _compat
+from torch.utils import _stats as torch_stats
+
+from . import _cache, _compat, _stock_cache
 
 _counts: Counter = Counter()
-_NAMES = ("learned", "served", "impure", "nested", "declined.shape_env",
-          "declined.stock_key", "declined.stock_has_entry")
+_NAMES = ("learned", "learned_nested", "served", "served_nested", "impure", "nested",
+          "declined.shape_env", "declined.stock_key", "declined.stock_has_entry")
 
 
 def counters() -> dict[str, int]:
-    return {f"cache.symbolic.portable.{k}": _counts[k] for k in _NAMES}
+    from . import _C
+
+    refused, declined = _C.portable_memo_counts()
+    out = {f"cache.symbolic.portable.{k}": _counts[k] for k in _NAMES}
+    # (counted by the extension: the derived values -- numel, contiguity -- the
+    # arguments had memoised; cache_portable.cpp)
+    out["cache.symbolic.portable.input_memo"] = refused
+    out["cache.symbolic.portable.declined.input_memo"] = declined
+    return out
 
 
 def reset_counters() -> None:
+    from . import _C
+
     _counts.clear()
+    _C.portable_set_memo_counts(0, 0)
 
 
-def saved_counters() -> Counter:
-    return Counter(_counts)
+def saved_counters() -> tuple:
+    from . import _C
+
+    return Counter(_counts), _C.portable_memo_counts()
 
 
-def restore_counters(saved: Counter) -> None:
+def restore_counters(saved: tuple) -> None:
+    from . import _C
+
     _counts.clear()
-    _counts.update(saved)
+    _counts.update(saved[0])
+    _C.portable_set_memo_counts(*saved[1])
 
 
 def fingerprint(env: Any) -> tuple:
@@ -141,9 +179,12 @@ def _symbols(items) -> tuple:
 
 
 def _stock_cache_state(env: Any) -> tuple:
+    """Stock's cache counters (served calls' pending counts moved in first), the
+    sizes of its two caches, and the calls ``torch.utils._stats.count`` counted."""
+    _stock_cache.flush()
     M = ft.FakeTensorMode
-    return (M.cache_hits, M.cache_misses, sum(M.cache_bypasses.values()), len(M.cache),
-            len(env.fake_tensor_cache))
+    return (M.cache_hits, M.cache_misses, dict(M.cache_bypasses), len(M.cache),
+            len(env.fake_tensor_cache), dict(torch_stats.simple_call_counter))
 
 
 def before(mode: Any, args: tuple, kwargs: Any) -> Any:
@@ -155,19 +196,128 @@ def before(mode: Any, args: tuple, kwargs: Any) -> Any:
             _floor_div_state(env))
 
 
+# What ``torch.utils._stats.count`` counts stock's ``FakeTensorMode.__torch_dispatch__``
+# under (csrc/dispatch.cpp counts a served call under the same label).
+DISPATCH_LABEL = "FakeTensorMode.__torch_dispatch__"
+
+
+def _detached_key(key: Any) -> tuple | None:
+    """The items of a stored stock key with each SymInt stub's SymNode replaced by
+    a ShapeEnv-free ``_DeconstructedSymNode`` (stock's stored keys still hold the
+    SymNode, and with it the ShapeEnv; a record must not), or None if the key holds
+    anything else that refers to a SymNode."""
+    out = []
+    for v in key.key:
+        if type(v) is _PySymInputStub:
+            val = v.value
+            if type(val) is _DeconstructedSymType:
+                node = val.node
+                if isinstance(node, SymNode):
+                    node = _DeconstructedSymNode.from_node(node)
+                out.append((val.ty, node))
+                continue
+            if type(val) is _InputBackref:
+                out.append(v)
+                continue
+            return None
+        if isinstance(v, (SymNode, *torch.types.py_sym_types)) or (
+            isinstance(v, (tuple, list)) and _detached_key(_Items(v)) is None
+        ):
+            return None
+        out.append(v)
+    return tuple(out)
+
+
+class _Items:
+    __slots__ = ("key",)
+
+    def __init__(self, items: Any) -> None:
+        self.key = items
+
+
+def _bound_key(items: tuple, env: Any) -> Any:
+    """A key as stock stores it in ``env`` (each SymInt stub holding a SymNode of
+    ``env`` with the recorded expression, hint and constant)."""
+    out = []
+    for v in items:
+        if type(v) is tuple and len(v) == 2 and type(v[1]) is _DeconstructedSymNode:
+            v = _PySymInputStub(_DeconstructedSymType(v[0], v[1].extract(env)))
+        out.append(v)
+    return ft._DispatchCacheKey(tuple(out))
+
+
+def _delta(after: dict, before: dict) -> tuple | None:
+    """What was added per name (sorted), or None if something went down."""
+    out = []
+    for k, v in after.items():
+        d = v - before.get(k, 0)
+        if d < 0:
+            return None
+        if d:
+            out.append((k, d))
+    if any(k not in after for k in before):
+        return None
+    return tuple(sorted(out))
+
+
+def _nested(env: Any, state: tuple, entry: Any) -> tuple | None:
+    """What the nested calls of stock's miss did, as ``(entries, misses, bypasses,
+    calls)`` (``()`` for a kernel that dispatched nothing), or None if it is not
+    replayable: a nested call was answered from a cache (an entry or a negative
+    entry), or stored into stock's ShapeEnv-free cache, or the counts are not
+    exactly one miss per stored entry and one bypass per stored negative entry."""
+    hits, misses, bypasses, static, held, calls = state
+    now = _stock_cache_state(env)
+    if now[0] != hits or now[3] != static:
+        return None
+    added = now[4] - held
+    cache = env.fake_tensor_cache
+    if added < 1 or added > len(cache):
+        return None
+    stored = list(itertools.islice(reversed(cache.items()), added))[::-1]
+    if stored[-1][1] is not entry:
+        return None  # the last entry stored is not this call's own
+    nested_entries = []
+    for k, e in stored[:-1]:
+        items = _detached_key(k)
+        if items is None:
+            return None
+        nested_entries.append((items, e))
+    nested_entries = tuple(nested_entries)
+    bypass_delta = _delta(now[2], bypasses)
+    # (stock's own count of this call is in there: the call itself is counted
+    # where it is served)
+    calls = {**calls, DISPATCH_LABEL: calls.get(DISPATCH_LABEL, 0) + 1}
+    calls_delta = _delta(now[5], calls)
+    if bypass_delta is None or calls_delta is None:
+        return None
+    negative = Counter(e.reason for _, e in nested_entries if isinstance(e, ft._DispatchCacheBypassEntry))
+    nested_misses = now[1] - misses - 1
+    if nested_misses != len(nested_entries) - sum(negative.values()):
+        return None
+    if bypass_delta != tuple(sorted(negative.items())):
+        # every bypass must be the one that stored its negative entry: a bypass
+        # answered by a negative entry already there (which B may lack) or one
+        # whose key could not be built are not told apart here
+        return None
+    if not nested_entries and not bypass_delta and not calls_delta:
+        return ()
+    return (nested_entries, nested_misses, bypass_delta, calls_delta)
+
+
 def learn(mode: Any, func: Any, args: tuple, kwargs: Any, out: Any, state: Any) -> Any:
     """After stock missed and a symbolic entry was learned: ``(record, miss)`` if the
     call can serve other ShapeEnvs, else None. ``miss`` describes the outputs stock's
     miss returned, in ``fastfake._cache.learn``'s format."""
-    fp, symbols, sig, (hits, misses, bypasses, static, held), (pending, effective) = state
+    fp, symbols, sig, stock_state, (pending, effective) = state
     env = mode.shape_env
     last = _cache.take_last_symbolic()
     if last is None or sig is None:
         return None
-    if _stock_cache_state(env) != (hits, misses + 1, bypasses, static, held + 1):
-        # stock's cache saw more than this call's own miss (a kernel that
-        # dispatched other calls): serving it alone would not leave stock's
-        # cache as stock's miss leaves it
+    nested = _nested(env, stock_state, last)
+    if nested is None:
+        # a nested call was answered from a cache (or went where a replay cannot
+        # follow): serving the call alone would not do what stock's miss does
         _counts["nested"] += 1
         return None
     if fingerprint(env) != fp or signature(env, symbols) != sig:
@@ -204,17 +354,26 @@ def learn(mode: Any, func: Any, args: tuple, kwargs: Any, out: Any, state: Any) 
             return None
         described.append(("tensor_sym", o, c[1]))
     _counts["learned"] += 1
-    return (symbols, sig, entry, pending, flips), (entry.is_output_tuple, described, None)
+    if nested and (nested[0] or nested[2]):
+        _counts["learned_nested"] += 1  # with nested calls' entries or bypasses
+    return (symbols, sig, entry, pending, flips, nested), (entry.is_output_tuple, described, None)
 
 
 def admit(mode: Any, func: Any, args: tuple, kwargs: Any, record: tuple) -> Any:
     """A first call in another ShapeEnv: ``(validity, stock_key)`` if the recorded
     miss is what stock would do here, else None."""
-    symbols, sig, _entry, pending, _flips = record
+    symbols, sig, _entry, pending, _flips, nested = record
     env = mode.shape_env
     if _floor_div_state(env) != (pending, False) or signature(env, symbols) != sig:
         _counts["declined.shape_env"] += 1
         return None
+    if nested and nested[0]:
+        cache = env.fake_tensor_cache
+        keys = [_bound_key(items, env) for items, _ in nested[0]]
+        if any(k in cache for k in keys):
+            _counts["declined.stock_has_entry"] += 1  # a nested call would hit here
+            return None
+        nested = (tuple(zip(keys, (e for _, e in nested[0]))), *nested[1:])
     state = _CacheKeyState(env)
     try:
         key = mode._cache_key(state, func, args, kwargs or {})
@@ -228,16 +387,34 @@ def admit(mode: Any, func: Any, args: tuple, kwargs: Any, record: tuple) -> Any:
         _counts["declined.stock_has_entry"] += 1  # stock would hit (or bypass) here
         return None
     validity = (symbols, tuple(None for _ in symbols))
-    return validity, key
+    return validity, (key, nested)
 
 
-def commit(mode: Any, key: Any, record: tuple, store: bool) -> None:
-    """The served call's stock entry, stored as stock's miss stores it (not under
-    fastfake's crosscheck: stock's verifying call is that miss)."""
+def commit(mode: Any, keys: Any, record: tuple, store: bool, count: bool = True) -> None:
+    """The served call's stock entry (after its nested calls' entries), stored as
+    stock's miss stores it, and the nested calls' counts added when stock's
+    counters count served calls (``count``); none of it under fastfake's
+    crosscheck (``store`` false: stock's verifying call is that miss)."""
+    key, nested = keys  # (admit bound the nested keys to this ShapeEnv)
     _counts["served"] += 1
+    if nested and (nested[0] or nested[2]):
+        _counts["served_nested"] += 1
     if not store:
         return
     env = mode.shape_env
+    if nested:
+        entries, misses, bypasses, calls = nested
+        cache = env.fake_tensor_cache
+        for k, e in entries:
+            ft._set_cache_key_for_shape_env(cache, k, e)
+        if count:
+            M = ft.FakeTensorMode
+            M.cache_misses += misses
+            for reason, n in bypasses:
+                M.cache_bypasses[reason] += n
+        counter = torch_stats.simple_call_counter
+        for label, n in calls:
+            counter[label] = counter.get(label, 0) + n
     ft._set_cache_key_for_shape_env(env.fake_tensor_cache, key, record[2])
     if record[4]:
         # stock's first static evaluation here clears the pending floor-division

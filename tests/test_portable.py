@@ -55,8 +55,10 @@ def _with_stock_cache(fn, times=2):
 
 
 # Cases whose first call in a second ShapeEnv must come from a portable entry.
+# (Not "view_symint": stock's output size is its input's memoised numel SymNode
+# itself, which a recipe cannot rebuild; tests/test_portable_nested.py.)
 EXPECT_SERVED = {
-    "addmm", "bmm", "view_symint", "transpose", "permute", "clone", "softmax",
+    "addmm", "bmm", "transpose", "permute", "clone", "softmax",
     "layer_norm", "layer_norm_affine", "gelu", "add_same_shape", "embedding", "sum_dim",
 }
 
