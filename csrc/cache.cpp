@@ -249,6 +249,13 @@ PyObject* try_cache(
       !still_valid(ctx, it->second->second)) {
     it = g_index.end(); // relearn (store() replaces the entry)
   }
+  if (it != g_index.end() && portable_recording()) {
+    // Inside the kernel of a miss being recorded, an answer of this cache would
+    // leave no key in stock's cache code (portable.h): stock answers (its entry,
+    // or its negative one, is there as well).
+    *handled = true;
+    return call_stock_dispatch(mode, func, types, args, kwargs);
+  }
   if (it != g_index.end()) {
     g_lru.splice(g_lru.begin(), g_lru, it->second);
     const Entry& e = it->second->second;
@@ -313,7 +320,9 @@ PyObject* try_cache(
       Py_XDECREF(r);
     }
   }
+  if (before != nullptr) portable_recording_begin();
   PyObject* out = call_stock_dispatch(mode, func, types, args, kwargs);
+  if (before != nullptr) portable_recording_end();
   if (out == nullptr) {
     Py_CLEAR(before);
     if (ctx.symbolic && g_py.sym_capture_hook != nullptr) {

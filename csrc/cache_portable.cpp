@@ -315,6 +315,22 @@ void portable_inject_fault(int n) {
   cache_detail::g_inject_fault = n;
 }
 
+namespace {
+int g_recording = 0;
+} // namespace
+
+void portable_recording_begin() {
+  ++g_recording;
+}
+
+void portable_recording_end() {
+  --g_recording;
+}
+
+bool portable_recording() {
+  return g_recording > 0;
+}
+
 std::pair<uint64_t, uint64_t> portable_memo_counts() {
   return {cache_detail::g_memo_refused, cache_detail::g_memo_declined};
 }

@@ -1,6 +1,7 @@
 // The C-level replacement of FakeTensorMode.__torch_dispatch__ and the cached
 // FakeTensor.device descriptor.
 #include "fastfake.h"
+#include "portable.h"
 #include "stock_calls.h"
 
 #include <c10/core/impl/TorchDispatchModeTLS.h>
@@ -155,8 +156,12 @@ PyObject* fast_dispatch_call(
   // The elementwise path, then the result cache, then stock. *served: built here.
   auto serve = [&](PyObject* a, PyObject* kw, bool* served) -> PyObject* {
     bool handled = false;
-    PyObject* r = try_elementwise(mode, func, types, a, kw, &handled, served);
-    if (handled || PyErr_Occurred()) return handled ? r : nullptr;
+    PyObject* r = nullptr;
+    // (not inside the kernel of a miss being recorded: portable.h)
+    if (!portable_recording()) {
+      r = try_elementwise(mode, func, types, a, kw, &handled, served);
+      if (handled || PyErr_Occurred()) return handled ? r : nullptr;
+    }
     r = try_cache(mode, func, types, a, kw, &handled, served);
     if (handled || PyErr_Occurred()) return handled ? r : nullptr;
     return call_stock_dispatch(mode, func, types, a, kw);

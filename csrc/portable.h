@@ -14,6 +14,14 @@ namespace fastfake {
 void portable_setup(PyObject* before, PyObject* learn, PyObject* admit, PyObject* commit);
 // Turns serving and learning on or off; returns the previous setting.
 bool portable_set(bool on);
+// While a symbolic miss is being recorded (its kernel running in stock), the calls
+// it dispatches are not answered from fastfake's result cache or elementwise path
+// but by stock, whose cache code builds their keys, where fastfake._portable logs
+// them (such an answer would leave no key, and the miss could not be recorded); a
+// first call served from another ShapeEnv's record logs what its replay found.
+void portable_recording_begin();
+void portable_recording_end();
+bool portable_recording();
 size_t portable_size();
 // (recorded calls refused because the kernel memoised on, or returned, an
 // argument's derived values; first calls declined because the arguments had

@@ -400,6 +400,11 @@ def _apply(ft, opts: Options) -> None:
         capturing(_original(ft.FakeTensorMode, "_output_from_cache_entry")) if opts.cache else None,
     )
     _patch(
+        ft.FakeTensorMode,
+        "_cache_key",
+        _portable.key_logger(_original(ft.FakeTensorMode, "_cache_key")) if opts.cache else None,
+    )
+    _patch(
         ft.FakeTensor,
         "device",
         _C.make_device_descriptor(_original(ft.FakeTensor, "device")) if opts.device else None,

@@ -25,11 +25,15 @@ So a portable entry is recorded only when
   signature below), and it involves only backed symbols without replacements;
 * if the kernel dispatched other calls (a Python decomposition: ``view`` ->
   ``prims.collapse_view``, ``native_layer_norm`` -> ``var_mean`` -> ``prims.var``,
-  ...), none of them was answered from a cache (no hit, nothing stored in stock's
-  ShapeEnv-free cache): then every nested call missed or bypassed, each miss
-  stored its entry into A's ShapeEnv cache (recorded in order, with their
-  ShapeEnv-free keys), and the bypasses per reason and the calls counted by
-  ``torch.utils._stats`` are recorded too ("nested" records);
+  ...), every key stock's cache code built for them is known (:func:`key_logger`
+  wraps ``FakeTensorMode._cache_key`` and logs the keys ``_cached_dispatch_impl``
+  builds, and the reasons of those it could not build), nothing went into stock's
+  ShapeEnv-free cache, and the counts add up: one miss per entry stored, one hit
+  per logged key found with an entry, one bypass per negative entry stored or
+  found and per key not built, and nothing else (a call fastfake answered from its
+  own cache inside the kernel has no logged key: not recorded). The record holds
+  the stored entries in order and the keys found (ShapeEnv-free), the counts and
+  the calls counted by ``torch.utils._stats`` ("nested" records);
 
 and it serves a call in B only when
 
@@ -37,11 +41,11 @@ and it serves a call in B only when
   and SymNode sharing), no proxy tracing is visible to fake dispatch, B's
   :func:`signature` over those symbols equals A's (so every static evaluation
   stock makes in B gives A's answer, and A's added nothing), and stock's cache in
-  B has no entry for the call (stock would miss) nor, for a nested record, for
-  any of the nested calls' keys. Then stock's kernel in B makes the same nested
-  calls with value-equal keys (the same expressions and hints, by the signature),
-  and each misses (or bypasses) exactly as in A, since none of their keys is
-  there and none repeats within the call (A had no hit).
+  B has no entry for the call (stock would miss) and, for a nested record, none
+  for the keys A stored and an entry of the same kind (an entry / a negative one
+  with the same reason) for each key A found. Then stock's kernel in B makes the
+  same nested calls with value-equal keys (the same expressions and hints, by the
+  signature), and each finds what it found in A, call by call.
 
 Serving it does what stock's miss in B does: the kernel's output (rebuilt from
 the miss recipe, SymNode identities included), stock's own entry stored into
@@ -60,6 +64,7 @@ a ShapeEnv, mode, SymNode or tensor.
 from __future__ import annotations
 
 import itertools
+import sys
 from collections import Counter
 from typing import Any
 
@@ -80,7 +85,8 @@ from . import _cache, _compat, _stock_cache
 
 _counts: Counter = Counter()
 _NAMES = ("learned", "learned_nested", "served", "served_nested", "impure", "nested",
-          "declined.shape_env", "declined.stock_key", "declined.stock_has_entry")
+          "declined.shape_env", "declined.stock_key", "declined.stock_has_entry",
+          "declined.stock_lacks_entry", "output_type")
 
 
 def counters() -> dict[str, int]:
@@ -193,7 +199,7 @@ def before(mode: Any, args: tuple, kwargs: Any) -> Any:
     inputs = (*args, *kwargs.values()) if kwargs else args
     symbols = _symbols(inputs)
     return (fingerprint(env), symbols, signature(env, symbols), _stock_cache_state(env),
-            _floor_div_state(env))
+            _floor_div_state(env), _Frame())
 
 
 # What ``torch.utils._stats.count`` counts stock's ``FakeTensorMode.__torch_dispatch__``
@@ -202,10 +208,10 @@ DISPATCH_LABEL = "FakeTensorMode.__torch_dispatch__"
 
 
 def _detached_key(key: Any) -> tuple | None:
-    """The items of a stored stock key with each SymInt stub's SymNode replaced by
-    a ShapeEnv-free ``_DeconstructedSymNode`` (stock's stored keys still hold the
-    SymNode, and with it the ShapeEnv; a record must not), or None if the key holds
-    anything else that refers to a SymNode."""
+    """The items of a stock key (stored, or built for a lookup) with each SymInt
+    stub's SymNode replaced by a ShapeEnv-free ``_DeconstructedSymNode`` (stock's
+    stored keys still hold the SymNode, and with it the ShapeEnv; a record must
+    not), or None if the key holds anything else that refers to a SymNode."""
     out = []
     for v in key.key:
         if type(v) is _PySymInputStub:
@@ -218,6 +224,9 @@ def _detached_key(key: Any) -> tuple | None:
                 continue
             if type(val) is _InputBackref:
                 out.append(v)
+                continue
+            if isinstance(val, torch.types.py_sym_types):  # a lookup key, not stored
+                out.append((type(val), _DeconstructedSymNode.from_node(val.node)))
                 continue
             return None
         if isinstance(v, (SymNode, *torch.types.py_sym_types)) or (
@@ -260,30 +269,110 @@ def _delta(after: dict, before: dict) -> tuple | None:
     return tuple(sorted(out))
 
 
-def _nested(env: Any, state: tuple, entry: Any) -> tuple | None:
-    """What the nested calls of stock's miss did, as ``(entries, misses, bypasses,
-    calls)`` (``()`` for a kernel that dispatched nothing), or None if it is not
-    replayable: a nested call was answered from a cache (an entry or a negative
-    entry), or stored into stock's ShapeEnv-free cache, or the counts are not
-    exactly one miss per stored entry and one bypass per stored negative entry."""
+# Keys stock's ``_cached_dispatch_impl`` built while a symbolic miss of fastfake's
+# is being recorded: (key, None, on the ShapeEnv) or (None, reason it could not be
+# built, False). One _Frame per miss in progress (held by the snapshot C++ keeps
+# for the miss; closed by learn(), or when C++ drops the snapshot without learning);
+# the log is emptied when none is open.
+_KEY_LOG: list = []
+_OPEN = [0]
+
+
+class _Frame:
+    __slots__ = ("start", "open")
+
+    def __init__(self) -> None:
+        self.start = len(_KEY_LOG)
+        self.open = True
+        _OPEN[0] += 1
+
+    def close(self) -> list:
+        """The log since this frame opened (empty if it was closed already)."""
+        if not self.open:
+            return []
+        self.open = False
+        logged = _KEY_LOG[self.start:]
+        _OPEN[0] -= 1
+        if _OPEN[0] <= 0:
+            _OPEN[0] = 0
+            _KEY_LOG.clear()
+        return logged
+
+    def __del__(self) -> None:
+        self.close()
+
+
+def key_logger(original: Any) -> Any:
+    """``FakeTensorMode._cache_key`` logging, while a miss is recorded, the keys
+    stock's cache code builds (called from ``_cached_dispatch_impl``; fastfake's
+    own key computations are not logged). Otherwise the original, unchanged."""
+    cached_code = ft.FakeTensorMode._cached_dispatch_impl.__code__
+
+    def _cache_key(self, state, func, args, kwargs):
+        if not _OPEN[0] or sys._getframe(1).f_code is not cached_code:
+            return original(self, state, func, args, kwargs)
+        try:
+            key = original(self, state, func, args, kwargs)
+        except ft._BypassDispatchCache as e:
+            _KEY_LOG.append((None, e.reason, False))
+            raise
+        _KEY_LOG.append((key, None, state.cache_on_shape_env()))
+        return key
+
+    _cache_key.__wrapped__ = original  # type: ignore[attr-defined]
+    _cache_key.__qualname__ = original.__qualname__
+    _cache_key.__doc__ = original.__doc__
+    return _cache_key
+
+
+def _nested(env: Any, state: tuple, entry: Any, logged: list) -> tuple | None:
+    """What the nested calls of stock's miss did, as ``(stored, found, misses, hits,
+    bypasses, calls)`` (``()`` for a kernel that dispatched nothing and counted
+    nothing but its own call), or None if it cannot be replayed (the module's
+    docstring says when)."""
     hits, misses, bypasses, static, held, calls = state
     now = _stock_cache_state(env)
-    if now[0] != hits or now[3] != static:
+    if now[3] != static or not logged or logged[0][0] is None:
         return None
     added = now[4] - held
     cache = env.fake_tensor_cache
     if added < 1 or added > len(cache):
         return None
     stored = list(itertools.islice(reversed(cache.items()), added))[::-1]
-    if stored[-1][1] is not entry:
+    if stored[-1][1] is not entry or stored[-1][0] is not logged[0][0]:
         return None  # the last entry stored is not this call's own
-    nested_entries = []
+    stored_ids = {id(k) for k, _ in stored}
+    bypass_want: Counter = Counter()
+    found = []
+    found_hits = 0
+    for key, reason, on_env in logged[1:]:
+        if key is None:
+            bypass_want[reason] += 1  # its key could not be built
+            continue
+        if id(key) in stored_ids:
+            continue
+        # found: in this ShapeEnv's cache, or in the ShapeEnv-free one (a call
+        # without symbols: what it found there stays for later ShapeEnvs, unless
+        # that cache is cleared, which admit() checks)
+        e = (cache if on_env else ft.FakeTensorMode.cache).get(key)
+        items = _detached_key(key) if e is not None else None
+        if items is None:
+            return None
+        if isinstance(e, ft._DispatchCacheBypassEntry):
+            bypass_want[e.reason] += 1
+            found.append((items, e.reason, on_env))
+        else:
+            found_hits += 1
+            found.append((items, None, on_env))
+    nested_stored = []
     for k, e in stored[:-1]:
+        if isinstance(e, ft._DispatchCacheBypassEntry):
+            bypass_want[e.reason] += 1
         items = _detached_key(k)
         if items is None:
             return None
-        nested_entries.append((items, e))
-    nested_entries = tuple(nested_entries)
+        nested_stored.append((items, e))
+    nested_misses = now[1] - misses - 1
     bypass_delta = _delta(now[2], bypasses)
     # (stock's own count of this call is in there: the call itself is counted
     # where it is served)
@@ -291,30 +380,29 @@ def _nested(env: Any, state: tuple, entry: Any) -> tuple | None:
     calls_delta = _delta(now[5], calls)
     if bypass_delta is None or calls_delta is None:
         return None
-    negative = Counter(e.reason for _, e in nested_entries if isinstance(e, ft._DispatchCacheBypassEntry))
-    nested_misses = now[1] - misses - 1
-    if nested_misses != len(nested_entries) - sum(negative.values()):
-        return None
-    if bypass_delta != tuple(sorted(negative.items())):
-        # every bypass must be the one that stored its negative entry: a bypass
-        # answered by a negative entry already there (which B may lack) or one
-        # whose key could not be built are not told apart here
-        return None
-    if not nested_entries and not bypass_delta and not calls_delta:
+    positive = sum(not isinstance(e, ft._DispatchCacheBypassEntry) for _, e in nested_stored)
+    if (
+        now[0] - hits != found_hits
+        or nested_misses != positive
+        or bypass_delta != tuple(sorted(bypass_want.items()))
+    ):
+        return None  # a call answered without stock's cache code (or counted otherwise)
+    if not nested_stored and not found and not bypass_delta and not calls_delta:
         return ()
-    return (nested_entries, nested_misses, bypass_delta, calls_delta)
+    return (tuple(nested_stored), tuple(found), nested_misses, found_hits, bypass_delta, calls_delta)
 
 
 def learn(mode: Any, func: Any, args: tuple, kwargs: Any, out: Any, state: Any) -> Any:
     """After stock missed and a symbolic entry was learned: ``(record, miss)`` if the
     call can serve other ShapeEnvs, else None. ``miss`` describes the outputs stock's
     miss returned, in ``fastfake._cache.learn``'s format."""
-    fp, symbols, sig, stock_state, (pending, effective) = state
+    fp, symbols, sig, stock_state, (pending, effective), frame = state
+    logged = frame.close()
     env = mode.shape_env
     last = _cache.take_last_symbolic()
     if last is None or sig is None:
         return None
-    nested = _nested(env, stock_state, last)
+    nested = _nested(env, stock_state, last, logged)
     if nested is None:
         # a nested call was answered from a cache (or went where a replay cannot
         # follow): serving the call alone would not do what stock's miss does
@@ -330,6 +418,11 @@ def learn(mode: Any, func: Any, args: tuple, kwargs: Any, out: Any, state: Any) 
     entry = last
     outs = out if entry.is_output_tuple else (out,)
     if not isinstance(outs, tuple) or len(outs) != len(entry.output_infos):
+        return None
+    if entry.is_output_tuple and type(out) is not tuple:
+        # a Python decomposition's named tuple (``return_types.var_mean``): the
+        # recipe rebuilds a plain tuple, as stock's hit does
+        _counts["output_type"] += 1
         return None
     described = []
     involved = set(symbols)
@@ -354,8 +447,8 @@ def learn(mode: Any, func: Any, args: tuple, kwargs: Any, out: Any, state: Any) 
             return None
         described.append(("tensor_sym", o, c[1]))
     _counts["learned"] += 1
-    if nested and (nested[0] or nested[2]):
-        _counts["learned_nested"] += 1  # with nested calls' entries or bypasses
+    if nested and (nested[0] or nested[1] or nested[4]):
+        _counts["learned_nested"] += 1  # with nested calls' entries, lookups or bypasses
     return (symbols, sig, entry, pending, flips, nested), (entry.is_output_tuple, described, None)
 
 
@@ -367,12 +460,19 @@ def admit(mode: Any, func: Any, args: tuple, kwargs: Any, record: tuple) -> Any:
     if _floor_div_state(env) != (pending, False) or signature(env, symbols) != sig:
         _counts["declined.shape_env"] += 1
         return None
-    if nested and nested[0]:
+    if nested and (nested[0] or nested[1]):
         cache = env.fake_tensor_cache
         keys = [_bound_key(items, env) for items, _ in nested[0]]
         if any(k in cache for k in keys):
             _counts["declined.stock_has_entry"] += 1  # a nested call would hit here
             return None
+        for items, reason, on_env in nested[1]:
+            e = (cache if on_env else ft.FakeTensorMode.cache).get(_bound_key(items, env))
+            if e is None or (
+                reason != e.reason if isinstance(e, ft._DispatchCacheBypassEntry) else reason is not None
+            ):
+                _counts["declined.stock_lacks_entry"] += 1  # a nested call would miss here
+                return None
         nested = (tuple(zip(keys, (e for _, e in nested[0]))), *nested[1:])
     state = _CacheKeyState(env)
     try:
@@ -397,21 +497,27 @@ def commit(mode: Any, keys: Any, record: tuple, store: bool, count: bool = True)
     crosscheck (``store`` false: stock's verifying call is that miss)."""
     key, nested = keys  # (admit bound the nested keys to this ShapeEnv)
     _counts["served"] += 1
-    if nested and (nested[0] or nested[2]):
+    if nested and (nested[0] or nested[1] or nested[4]):
         _counts["served_nested"] += 1
     if not store:
         return
     env = mode.shape_env
     if nested:
-        entries, misses, bypasses, calls = nested
+        entries, _found, misses, hits, bypasses, calls = nested
         cache = env.fake_tensor_cache
         for k, e in entries:
             ft._set_cache_key_for_shape_env(cache, k, e)
         if count:
             M = ft.FakeTensorMode
             M.cache_misses += misses
+            M.cache_hits += hits
             for reason, n in bypasses:
                 M.cache_bypasses[reason] += n
+        if _OPEN[0]:
+            # (inside the kernel of a miss being recorded: what this replay found,
+            # as stock's nested calls would have looked it up)
+            for items, reason, on_env in _found:
+                _KEY_LOG.append((_bound_key(items, env), None, on_env))
         counter = torch_stats.simple_call_counter
         for label, n in calls:
             counter[label] = counter.get(label, 0) + n

@@ -48,6 +48,8 @@ OPS = {
     "expand": lambda x: x.unsqueeze(0).expand(2, *x.shape),
     "softmax": lambda x: torch.softmax(x, -1),
     "var_mean": lambda x: torch.var_mean(x, -1)[0],
+    # the op itself: its decomposition returns a named tuple (return_types.var_mean)
+    "var_mean_op": lambda x: torch.ops.aten.var_mean.dim(x, [-1], True, True),
     "slice": lambda x: x[1:],
     "select": lambda x: x[0] if x.dim() > 1 else x,
     "flatten": lambda x: x.flatten(1) if x.dim() > 1 else x,
@@ -91,6 +93,11 @@ def _epoch_inputs(mode, sizes):
     wt = _sym(mode, torch.randn(h, 6))
     bias = _sym(mode, torch.randn(6))
     return x, idx, w, mat, wt, bias
+
+
+class _Error:
+    def __init__(self, outcome) -> None:
+        self.outcome = outcome
 
 
 def _memo_structure(pool: list) -> list:
@@ -142,20 +149,22 @@ def _run_world(fast: bool, seed: int, epochs: int, steps: int) -> list:
                         try:
                             out = OPS[name](src)
                         except Exception as e:  # noqa: BLE001 - both worlds must raise alike
-                            out = parity.error_outcome(e)
+                            out = _Error(parity.error_outcome(e))
                     after = _counters()
-                    if isinstance(out, torch.Tensor):
-                        desc = parity.describe_value(out, pool, mode)
-                        if out.dim() >= 1 and len(pool) < 24:
-                            pool.append(out)
+                    if isinstance(out, _Error):
+                        desc = out.outcome
                     else:
-                        desc = out
+                        desc = parity.describe_value(out, pool, mode)
+                        if isinstance(out, torch.Tensor) and out.dim() >= 1 and len(pool) < 24:
+                            pool.append(out)
                     records.append((epoch, step, name, desc, parity.shape_env_fields(env),
                                     _stock_cache(env), _moved(before, after)))
                 records.append((epoch, steps, "end", _memo_structure(pool), None, None, None))
     finally:
         if fast:
             fastfake.uninstall()
+    # nothing of a recorded miss outlives it (errors included): no open frame, no key
+    assert _portable._OPEN[0] == 0 and not _portable._KEY_LOG
     return records
 
 
@@ -217,9 +226,12 @@ def test_declined_where_a_nested_key_is_already_there():
     def run(prime: bool):
         mode = _mode()
         x = _sym(mode, real)
+        # (another tensor with the same sizes: duck-sized to the same symbols, so
+        # the same key, without memoising anything on x)
+        other = _sym(mode, real.clone())
         with mode:
             if prime:
-                torch.erf(x)  # gelu's nested aten.erf, same key
+                torch.erf(other)  # gelu's nested aten.erf, same key
             F.gelu(x)
         return _stock_cache(mode.shape_env)
 
@@ -236,8 +248,8 @@ def test_declined_where_a_nested_key_is_already_there():
     finally:
         fastfake.uninstall()
     assert got == want
-    assert s["cache.symbolic.portable.declined.stock_has_entry"] >= 1, parity.counters_with_prefix(s, "cache.symbolic.portable")
-    assert s["cache.symbolic.portable.served_nested"] == 0
+    declined = parity.counters_with_prefix(s, "cache.symbolic.portable.declined")
+    assert sum(declined.values()) >= 1, parity.counters_with_prefix(s, "cache.symbolic.portable")
 
 
 @pytest.mark.parametrize("shape_of", [lambda x: (-1,), lambda x: (x.shape[0] * x.shape[1], x.shape[2])],
@@ -271,3 +283,4 @@ def test_output_holding_the_inputs_memoised_numel_is_not_served(shape_of):
     assert got == want
     if any(want[0]):
         assert s["cache.symbolic.portable.input_memo"] >= 1, parity.counters_with_prefix(s, "cache.symbolic.portable")
+
