@@ -250,11 +250,10 @@ PyObject* try_cache(
     it = g_index.end(); // relearn (store() replaces the entry)
   }
   if (it != g_index.end() && portable_recording()) {
-    // Inside the kernel of a miss being recorded, an answer of this cache would
-    // leave no key in stock's cache code (portable.h): stock answers (its entry,
-    // or its negative one, is there as well).
-    *handled = true;
-    return call_stock_dispatch(mode, func, types, args, kwargs);
+    // Inside the kernel of a miss being recorded (portable.h): a hit logs stock's
+    // key for the call; a negative entry's shortcuts leave the call to stock.
+    if (it->second->second.negative) return bypass(it->second->second.reason);
+    portable_log_hit(mode, func, args, kwargs);
   }
   if (it != g_index.end()) {
     g_lru.splice(g_lru.begin(), g_lru, it->second);

@@ -50,6 +50,7 @@ PyObject* g_before = nullptr;
 PyObject* g_learn = nullptr;
 PyObject* g_admit = nullptr;
 PyObject* g_commit = nullptr;
+PyObject* g_log_hit = nullptr;
 
 Key portable_key(const Key& key) {
   Key p = key;
@@ -296,10 +297,15 @@ PyObject* portable_serve(
 
 } // namespace cache_detail
 
-void portable_setup(PyObject* before, PyObject* learn, PyObject* admit, PyObject* commit) {
+void portable_setup(
+    PyObject* before,
+    PyObject* learn,
+    PyObject* admit,
+    PyObject* commit,
+    PyObject* log_hit) {
   using namespace cache_detail;
   for (auto [dst, src] : {std::pair{&g_before, before}, {&g_learn, learn}, {&g_admit, admit},
-                          {&g_commit, commit}}) {
+                          {&g_commit, commit}, {&g_log_hit, log_hit}}) {
     Py_XINCREF(src);
     Py_XSETREF(*dst, src);
   }
@@ -329,6 +335,14 @@ void portable_recording_end() {
 
 bool portable_recording() {
   return g_recording > 0;
+}
+
+void portable_log_hit(PyObject* mode, PyObject* func, PyObject* args, PyObject* kwargs) {
+  if (cache_detail::g_log_hit == nullptr) return;
+  PyObject* argv[4] = {mode, func, args, kwargs != nullptr ? kwargs : Py_None};
+  PyObject* r = PyObject_Vectorcall(cache_detail::g_log_hit, argv, 4, nullptr);
+  if (r == nullptr) PyErr_Clear(); // (the log then lacks the key: the miss is not recorded)
+  Py_XDECREF(r);
 }
 
 std::pair<uint64_t, uint64_t> portable_memo_counts() {

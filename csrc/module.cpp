@@ -149,9 +149,12 @@ PYBIND11_MODULE(_C, m) {
 
   m.def(
       "setup_portable",
-      [](py::handle before, py::handle learn, py::handle admit, py::handle commit) {
-        portable_setup(before.ptr(), learn.ptr(), admit.ptr(), commit.ptr());
+      [](py::handle before, py::handle learn, py::handle admit, py::handle commit, py::handle log_hit) {
+        portable_setup(before.ptr(), learn.ptr(), admit.ptr(), commit.ptr(),
+                       log_hit.is_none() ? nullptr : log_hit.ptr());
       },
+      py::arg("before"), py::arg("learn"), py::arg("admit"), py::arg("commit"),
+      py::arg("log_hit") = py::none(),
       "Bind fastfake._portable's hooks (symbolic entries reused in another ShapeEnv).");
   m.def(
       "setup_rerun",

@@ -11,15 +11,23 @@
 namespace fastfake {
 
 // Binds fastfake._portable's before / learn / admit / commit.
-void portable_setup(PyObject* before, PyObject* learn, PyObject* admit, PyObject* commit);
+void portable_setup(
+    PyObject* before,
+    PyObject* learn,
+    PyObject* admit,
+    PyObject* commit,
+    PyObject* log_hit);
 // Turns serving and learning on or off; returns the previous setting.
 bool portable_set(bool on);
-// While a symbolic miss is being recorded (its kernel running in stock), the calls
-// it dispatches are not answered from fastfake's result cache or elementwise path
-// but by stock, whose cache code builds their keys, where fastfake._portable logs
-// them (such an answer would leave no key, and the miss could not be recorded); a
-// first call served from another ShapeEnv's record logs what its replay found.
+// While a symbolic miss is being recorded (its kernel running in stock), every call
+// it dispatches must leave its stock key in fastfake._portable's log: stock's cache
+// code logs its own; a hit of fastfake's result cache there logs stock's key for it
+// (portable_log_hit); its elementwise path and the negative entries' shortcuts
+// (reruns, item memos) leave the calls to stock; a first call served from another
+// ShapeEnv's record logs what its replay found.
 void portable_recording_begin();
+// A hit of the result cache inside a recorded kernel: log stock's key for the call.
+void portable_log_hit(PyObject* mode, PyObject* func, PyObject* args, PyObject* kwargs);
 void portable_recording_end();
 bool portable_recording();
 size_t portable_size();

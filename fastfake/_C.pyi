@@ -109,6 +109,7 @@ def setup_portable(
     learn: Callable[[Any, Any, tuple, Any, Any, Any], Any],
     admit: Callable[[Any, Any, tuple, Any, Any], Any],
     commit: Callable[[Any, Any, Any, bool, bool], None],
+    log_hit: Callable[[Any, Any, tuple, Any], None] | None = None,
 ) -> None:
     """Bind ``fastfake._portable``'s hooks: symbolic result-cache entries reused in
     another ShapeEnv (csrc/cache_portable.cpp). On a symbolic miss C++ asks
@@ -125,7 +126,10 @@ def setup_portable(
     then stores stock's entries into that ShapeEnv's cache (unless fastfake's
     crosscheck runs stock's own miss), adds the nested calls' counts to stock's
     (``count``: stock's counters count served calls) and the hit recipe becomes a
-    local entry."""
+    local entry. While a miss is being recorded, a hit of the result cache inside
+    its kernel calls ``log_hit(mode, func, args, kwargs)`` (stock's key for the call
+    into the record's log), and the elementwise path and the negative entries'
+    shortcuts leave the calls to stock."""
 
 def portable_memo_counts() -> tuple[int, int]:
     """``(refused, declined)``: calls not recorded because an output holds a

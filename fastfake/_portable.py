@@ -532,5 +532,20 @@ def available() -> bool:
     return _compat.portable_entries_known()
 
 
+def log_hit(mode: Any, func: Any, args: tuple, kwargs: Any) -> None:
+    """A call fastfake's result cache answers inside the kernel of a miss being
+    recorded: log stock's key for it, as stock's own lookup would have (an entry of
+    stock's is there: fastfake learned it from stock)."""
+    if not _OPEN[0]:
+        return
+    state = _CacheKeyState(mode.shape_env)
+    try:
+        key = mode._cache_key(state, func, args, kwargs or {})
+    except ft._BypassDispatchCache as e:
+        _KEY_LOG.append((None, e.reason, False))
+        return
+    _KEY_LOG.append((key, None, state.cache_on_shape_env()))
+
+
 def setup(C: Any) -> None:
-    C.setup_portable(before, learn, admit, commit)
+    C.setup_portable(before, learn, admit, commit, log_hit)

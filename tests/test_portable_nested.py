@@ -204,12 +204,12 @@ def test_a_replay_that_skips_the_nested_calls_is_caught():
 
     fastfake.cache_clear()
     stock = _run_world(False, 0, epochs=3, steps=40)
-    fastfake._C.setup_portable(_portable.before, _portable.learn, _portable.admit, broken)
+    fastfake._C.setup_portable(_portable.before, _portable.learn, _portable.admit, broken, _portable.log_hit)
     try:
         fastfake.reset_stats()
         fast = _run_world(True, 0, epochs=3, steps=40)
     finally:
-        fastfake._C.setup_portable(_portable.before, _portable.learn, _portable.admit, real_commit)
+        fastfake._C.setup_portable(_portable.before, _portable.learn, _portable.admit, real_commit, _portable.log_hit)
         fastfake.cache_clear()
     s = fastfake.stats()
     assert s["cache.symbolic.portable.learned_nested"] >= 1 and s["cache.symbolic.portable.served"] >= 1
