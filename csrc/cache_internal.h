@@ -166,6 +166,9 @@ bool learn_derived(
     const KeyCtx& ctx,
     const c10::TensorImpl* impl,
     std::vector<std::pair<Derived, SymVal>>& out);
+// The contiguity flags a symbolic tensor has memoised (numel aside), in the order
+// of Derived.
+std::vector<std::pair<Derived, const c10::SymBool*>> memoised_flags(const c10::SymbolicShapeMeta& m);
 bool parse_entry(const KeyCtx& ctx, PyObject* desc, Entry& e);
 // A bit per derived value (numel, contiguity flags) a symbolic FakeTensor argument
 // has memoised, bit 31 for symbolic sizes; 0 for anything else. *ok = false when

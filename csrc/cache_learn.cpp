@@ -80,28 +80,35 @@ bool learn_derived(
   if (!impl->has_symbolic_sizes_strides()) return true;
   const c10::SymbolicShapeMeta* m = shape_meta(impl);
   if (m == nullptr) return false;
-  using M = c10::SymbolicShapeMeta;
-  using GetBool = const c10::SymBool& (M::*)() const;
   if (m->has_numel()) {
     out.emplace_back(kNumel, SymVal{});
     if (!learn_symval(ctx, m->numel(), out.back().second)) return false;
   }
-  const std::tuple<Derived, bool, GetBool> flags[] = {
-      {kContiguous, m->has_is_contiguous(), static_cast<GetBool>(&M::is_contiguous)},
-      {kChannelsLastContiguous, m->has_is_channels_last_contiguous(), &M::is_channels_last_contiguous},
-      {kChannelsLast3dContiguous, m->has_is_channels_last_3d_contiguous(),
-       &M::is_channels_last_3d_contiguous},
-      {kChannelsLast, m->has_is_channels_last(), &M::is_channels_last},
-      {kChannelsLast3d, m->has_is_channels_last_3d(), &M::is_channels_last_3d},
-      {kNonOverlappingAndDense, m->has_is_non_overlapping_and_dense(),
-       &M::is_non_overlapping_and_dense},
-  };
-  for (const auto& [d, avail, get] : flags) {
-    if (!avail) continue;
+  for (const auto& [d, flag] : memoised_flags(*m)) {
     out.emplace_back(d, SymVal{});
-    if (!learn_symbool(ctx, (m->*get)(), out.back().second)) return false;
+    if (!learn_symbool(ctx, *flag, out.back().second)) return false;
   }
   return true;
+}
+
+std::vector<std::pair<Derived, const c10::SymBool*>> memoised_flags(const c10::SymbolicShapeMeta& m) {
+  using M = c10::SymbolicShapeMeta;
+  using GetBool = const c10::SymBool& (M::*)() const;
+  const std::tuple<Derived, bool, GetBool> flags[] = {
+      {kContiguous, m.has_is_contiguous(), static_cast<GetBool>(&M::is_contiguous)},
+      {kChannelsLastContiguous, m.has_is_channels_last_contiguous(), &M::is_channels_last_contiguous},
+      {kChannelsLast3dContiguous, m.has_is_channels_last_3d_contiguous(),
+       &M::is_channels_last_3d_contiguous},
+      {kChannelsLast, m.has_is_channels_last(), &M::is_channels_last},
+      {kChannelsLast3d, m.has_is_channels_last_3d(), &M::is_channels_last_3d},
+      {kNonOverlappingAndDense, m.has_is_non_overlapping_and_dense(),
+       &M::is_non_overlapping_and_dense},
+  };
+  std::vector<std::pair<Derived, const c10::SymBool*>> out;
+  for (const auto& [d, avail, get] : flags) {
+    if (avail) out.emplace_back(d, &(m.*get)());
+  }
+  return out;
 }
 
 // A bit per derived value a symbolic FakeTensor argument has memoised; 0 for

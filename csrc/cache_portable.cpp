@@ -87,19 +87,8 @@ void derived_nodes(PyObject* args, std::vector<PyObject*>& out) {
     if (m->has_numel() && m->numel().is_heap_allocated()) {
       out.push_back(py_sym_node(m->numel().toSymNodeImplUnowned()));
     }
-    using M = c10::SymbolicShapeMeta;
-    const std::pair<bool, const c10::SymBool& (M::*)() const> flags[] = {
-        {m->has_is_contiguous(), &M::is_contiguous},
-        {m->has_is_channels_last_contiguous(), &M::is_channels_last_contiguous},
-        {m->has_is_channels_last_3d_contiguous(), &M::is_channels_last_3d_contiguous},
-        {m->has_is_channels_last(), &M::is_channels_last},
-        {m->has_is_channels_last_3d(), &M::is_channels_last_3d},
-        {m->has_is_non_overlapping_and_dense(), &M::is_non_overlapping_and_dense},
-    };
-    for (const auto& [avail, get] : flags) {
-      if (avail && (m->*get)().is_heap_allocated()) {
-        out.push_back(py_sym_node((m->*get)().toSymNodeImplUnowned()));
-      }
+    for (const auto& [d, flag] : memoised_flags(*m)) {
+      if (flag->is_heap_allocated()) out.push_back(py_sym_node(flag->toSymNodeImplUnowned()));
     }
   }
 }
