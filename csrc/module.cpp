@@ -2,6 +2,7 @@
 #include "compat.h"
 #include "fastfake.h"
 #include "portable.h"
+#include "stock_key.h"
 #include "rerun.h"
 #include "item_memo.h"
 #include "symnode_expr.h"
@@ -156,6 +157,30 @@ PYBIND11_MODULE(_C, m) {
       py::arg("before"), py::arg("learn"), py::arg("admit"), py::arg("commit"),
       py::arg("log_hit") = py::none(),
       "Bind fastfake._portable's hooks (symbolic entries reused in another ShapeEnv).");
+  m.def(
+      "setup_stock_key",
+      [](py::handle key_type, py::handle stub_type, py::handle backref_type, py::handle size_type, bool on) {
+        stock_key_setup(key_type.ptr(), stub_type.ptr(), backref_type.ptr(), size_type.ptr(), on);
+      },
+      py::arg("key_type"), py::arg("stub_type"), py::arg("backref_type"), py::arg("size_type"),
+      py::arg("on"),
+      "Bind stock's _DispatchCacheKey, _PySymInputStub, _InputBackref and torch.Size; turn the C++ "
+      "stock-key builder on or off.");
+  m.def("stock_key_on", []() { return stock_key_on(); });
+  m.def(
+      "stock_cache_key",
+      [](py::handle mode, py::handle state, py::handle func, py::handle args, py::handle kwargs) {
+        PyObject* r = stock_key_build(mode.ptr(), state.ptr(), func.ptr(), args.ptr(), kwargs.ptr());
+        if (r == nullptr) throw py::error_already_set();
+        return py::reinterpret_steal<py::object>(r);
+      },
+      py::arg("mode"), py::arg("state"), py::arg("func"), py::arg("args"), py::arg("kwargs"),
+      "Stock's FakeTensorMode._cache_key(state, func, args, kwargs), or None where it is left to "
+      "stock; with state None, (key, holds a SymNode) without a key state.");
+  m.def("stock_key_counts", []() { return stock_key_counts(); });
+  m.def("stock_key_set_counts", [](uint64_t built, uint64_t fallback) {
+    stock_key_set_counts(built, fallback);
+  });
   m.def(
       "setup_rerun",
       [](py::handle before, py::handle learn, py::handle admit, py::handle ops) {

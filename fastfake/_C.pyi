@@ -146,6 +146,34 @@ def set_portable(on: bool) -> bool:
     """Serve and record symbolic entries across ShapeEnvs (returns the previous
     setting; the records are kept until :func:`cache_clear`)."""
 
+def setup_stock_key(key_type: type, stub_type: type, backref_type: type, size_type: type, on: bool) -> None:
+    """Bind stock's ``_DispatchCacheKey``, ``_PySymInputStub``, ``_InputBackref`` and
+    ``torch.Size`` for :func:`stock_cache_key`, and turn it on or off
+    (csrc/stock_key.cpp; ``fastfake._stock_key`` proves it against stock's own keys
+    at install before turning it on)."""
+
+def stock_key_on() -> bool:
+    """Whether :func:`stock_cache_key` builds keys (else it returns None)."""
+
+def stock_cache_key(mode: Any, state: Any, func: Any, args: tuple, kwargs: dict) -> Any:
+    """Stock's ``mode._cache_key(state, func, args, kwargs)`` built in C++: the same
+    ``_DispatchCacheKey`` over the same items, each SymInt converted by
+    ``state.convert_sym_int``. With ``state`` None the SymInts are converted here
+    (back-references and stubs as stock makes them, each new SymNode's ``expr``
+    read as stock reads it, no symbols collected) and the result is ``(key,
+    whether it holds a SymNode)``. None where the call is left to stock: a tensor
+    that is not the mode's plain strided FakeTensor, a constant, a SymFloat /
+    SymBool, a callable or other value of a type the layout does not cover, a
+    4-d / 5-d static tensor (stock's channels-last test), a kernel invocation in
+    progress; the caller then asks stock with a fresh state."""
+
+def stock_key_counts() -> tuple[int, int]:
+    """(keys built, calls left to stock); ``stats()``: ``stock_key.built`` /
+    ``stock_key.fallback``."""
+
+def stock_key_set_counts(built: int, fallback: int) -> None:
+    """Set the counts of :func:`stock_key_counts`."""
+
 def portable_size() -> int:
     """Number of recorded entries another ShapeEnv may reuse (bounded: 8,192, then
     emptied)."""

@@ -26,7 +26,7 @@ from torch._subclasses._fake_tensor_utils import (
     _SymIntOutputStub,
 )
 
-from . import _C, _compat
+from . import _C, _compat, _stock_key
 
 # (expr, pytype, hint, constant, fx_node) -> id. Ids are never reused, so a SymNode
 # that memoised its id before a reset still names its own value.
@@ -372,7 +372,7 @@ def learn(mode, func, args, kwargs, out=None, stock_hit=False):
         state.shape_env = mode.shape_env
     else:
         try:
-            key = mode._cache_key(state, func, args, kwargs or {})
+            state, key = _stock_key.cache_key(mode, func, args, kwargs)
         except ft._BypassDispatchCache as e:
             return f"stock: {e.reason}"
         symbolic = state.cache_on_shape_env()

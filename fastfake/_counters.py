@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from . import _C, _fake_prop, _functional, _portable, _rerun
+from . import _C, _fake_prop, _functional, _portable, _rerun, _stock_key
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,8 @@ SOURCES = (
     _functional,
     _portable,
     _rerun,
+    # stock's cache keys built in C++ (fastfake/_stock_key.py)
+    _stock_key,
     # `.item()` repeats answered from the argument's memo (fastfake/_item_memo.py)
     ExtensionCounts("cache.item_memo", _C.item_memo_counts, _C.item_memo_set_counts),
     # the SymNode arithmetic memo (fastfake/_symnode.py), SymNode.expr and

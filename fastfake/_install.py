@@ -23,6 +23,7 @@ from . import (
     _selftest,
     _selftest_store,
     _stock_cache,
+    _stock_key,
     _symnode,
     _fake_prop,
     _symnode_expr,
@@ -236,6 +237,8 @@ def install(
         _setup()
         if _State.selftest is None:
             _State.selftest = _run_selftest(ft)
+        if opts.cache and not _env_flag("FASTFAKE_NO_STOCK_KEY"):
+            _stock_key.prove_once()
     requested = opts
     opts = _proven(opts, _State.selftest)
     if opts.elementwise and ft.FakeTensorConfig.debug:
@@ -254,6 +257,7 @@ def install(
     )
     report = _State.selftest
     _C.set_portable(opts.cache and _portable_allowed(report))
+    _stock_key.enable(opts.cache and not _env_flag("FASTFAKE_NO_STOCK_KEY"))
     _C.set_rerun(opts.cache and _rerun_allowed(report))
     _C.set_item_memo(opts.cache and _item_memo_allowed(report))
     _apply(ft, opts)
@@ -561,6 +565,7 @@ def _configure_off() -> None:
     )
     _C.set_convert(False)
     _C.set_portable(False)
+    _stock_key.enable(False)
     _C.set_rerun(False)
     _C.set_item_memo(False)
     _C.set_symnode_memo(False)

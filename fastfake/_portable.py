@@ -71,7 +71,6 @@ from typing import Any
 import torch
 from torch._subclasses import fake_tensor as ft
 from torch._subclasses._fake_tensor_utils import (
-    _CacheKeyState,
     _DeconstructedSymNode,
     _DeconstructedSymType,
     _InputBackref,
@@ -81,7 +80,7 @@ from torch.fx.experimental.sym_node import SymNode
 
 from torch.utils import _stats as torch_stats
 
-from . import _cache, _compat, _stock_cache
+from . import _cache, _compat, _stock_cache, _stock_key
 
 _counts: Counter = Counter()
 _NAMES = ("learned", "learned_nested", "served", "served_nested", "impure", "nested",
@@ -474,13 +473,12 @@ def admit(mode: Any, func: Any, args: tuple, kwargs: Any, record: tuple) -> Any:
                 _counts["declined.stock_lacks_entry"] += 1  # a nested call would miss here
                 return None
         nested = (tuple(zip(keys, (e for _, e in nested[0]))), *nested[1:])
-    state = _CacheKeyState(env)
     try:
-        key = mode._cache_key(state, func, args, kwargs or {})
+        key, on_env = _stock_key.key_only(mode, func, args, kwargs)
     except ft._BypassDispatchCache:
         _counts["declined.stock_key"] += 1
         return None
-    if not state.cache_on_shape_env() or state.shape_env is not env:
+    if not on_env:
         _counts["declined.stock_key"] += 1
         return None
     if env.fake_tensor_cache.get(key) is not None:
@@ -538,13 +536,12 @@ def log_hit(mode: Any, func: Any, args: tuple, kwargs: Any) -> None:
     stock's is there: fastfake learned it from stock)."""
     if not _OPEN[0]:
         return
-    state = _CacheKeyState(mode.shape_env)
     try:
-        key = mode._cache_key(state, func, args, kwargs or {})
+        key, on_env = _stock_key.key_only(mode, func, args, kwargs)
     except ft._BypassDispatchCache as e:
         _KEY_LOG.append((None, e.reason, False))
         return
-    _KEY_LOG.append((key, None, state.cache_on_shape_env()))
+    _KEY_LOG.append((key, None, on_env))
 
 
 def setup(C: Any) -> None:
