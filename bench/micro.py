@@ -1,7 +1,10 @@
 """Per-op micro-benchmarks inside FakeTensorMode, stock vs fastfake.
 
 Static shapes, and (``*_sym``) the same result-cache hits with every input
-dimension symbolic in a ShapeEnv.
+dimension symbolic in a ShapeEnv; and (``*_sym_first``) the *first* call of an op
+in a new ShapeEnv whose structure an earlier ShapeEnv already saw (a new compile,
+or Dynamo restarting its analysis): each sample is a fresh mode, ShapeEnv and
+inputs, made untimed, and one timed call.
 
     python -m bench.micro [--number N] [--repeat R] [--json out.json]
 
@@ -133,6 +136,92 @@ SYMBOLIC_OPS: dict[str, Callable[[FakeTensorMode], Callable[[], object]]] = {
 ALL_OPS = [*OPS, *SYMBOLIC_OPS]
 
 
+def _pair_sym(mode):
+    # y shares x's SymNodes (a [s0, s1] tensor made from x), as in a traced program
+    x = _sym_tensor(mode, 64, 128)
+    with mode:
+        y = torch.ops.aten.neg.default(x)
+    return x, y
+
+
+def _mul_sym_first(mode):
+    x, y = _pair_sym(mode)
+    return lambda: torch.ops.aten.mul.Tensor(x, y)
+
+
+def _gelu_sym_first(mode):
+    x = _sym_tensor(mode, 8, 128, 64)
+    return lambda: torch.ops.aten.gelu.default(x)
+
+
+def _softmax_sym_first(mode):
+    x = _sym_tensor(mode, 8, 16, 128)
+    return lambda: torch.ops.aten._softmax.default(x, -1, False)
+
+
+def _mm_sym_first(mode):
+    a = _sym_tensor(mode, 64, 128)
+    with mode:
+        b = torch.ops.aten.t.default(a)
+    return lambda: torch.ops.aten.mm.default(a, b)
+
+
+#: first calls in a new ShapeEnv of a known structure: builder(mode) makes the
+#: inputs (outside the timed call) and returns the op callable.
+FIRST_CALL_OPS: dict[str, Callable[[FakeTensorMode], Callable[[], object]]] = {
+    "mul_sym_first": _mul_sym_first,  # [s0,s1] * [s0,s1] (pointwise)
+    "gelu_sym_first": _gelu_sym_first,  # gelu([s0,s1,s2]) (pointwise)
+    "softmax_sym_first": _softmax_sym_first,  # _softmax([s0,s1,s2], -1)
+    "mm_sym_first": _mm_sym_first,  # [s0,s1] @ [s1,s0]
+}
+
+
+def measure_first(name: str, impl: str, *, samples: int) -> float:
+    """Median microseconds of the first call of op ``name`` in a new ShapeEnv,
+    after one earlier ShapeEnv ran it (fastfake learns there)."""
+    import gc
+
+    set_impl(impl)
+    build = FIRST_CALL_OPS[name]
+    for _ in range(3):
+        mode = FakeTensorMode(shape_env=ShapeEnv())
+        fn = build(mode)
+        with mode:
+            fn()
+    setups = []
+    for _ in range(samples):
+        mode = FakeTensorMode(shape_env=ShapeEnv())
+        setups.append((mode, build(mode)))
+    times = []
+    enabled = gc.isenabled()
+    gc.disable()  # (the collector's pauses are not the op's)
+    try:
+        for mode, fn in setups:
+            with mode:
+                t0 = timeit.default_timer()
+                fn()
+                times.append(timeit.default_timer() - t0)
+    finally:
+        if enabled:
+            gc.enable()
+    return statistics.median(times) * 1e6
+
+
+def run_first(samples: int = 200, rounds: int = 3) -> list[dict]:
+    rows = []
+    try:
+        for name in FIRST_CALL_OPS:
+            res: dict[str, list[float]] = {i: [] for i in IMPLS}
+            for _ in range(rounds):  # interleaved stock / fastfake
+                for impl in IMPLS:
+                    res[impl].append(measure_first(name, impl, samples=samples))
+            s, f = statistics.median(res["stock"]), statistics.median(res["fastfake"])
+            rows.append({"op": name, "stock_us": s, "fastfake_us": f, "speedup": s / f})
+    finally:
+        fastfake.uninstall()
+    return rows
+
+
 def make_op(name: str) -> tuple[FakeTensorMode, Callable[[], object]]:
     """A fresh FakeTensorMode (with a ShapeEnv for the symbolic ops) and the op's
     callable on fake tensors of that mode."""
@@ -178,11 +267,16 @@ def main(argv=None) -> int:
     p.add_argument("--number", type=int, default=2000, help="calls per timeit sample (default 2000)")
     p.add_argument("--repeat", type=int, default=7, help="timeit samples per round (default 7)")
     p.add_argument("--rounds", type=int, default=3, help="interleaved stock/fastfake rounds (default 3)")
+    p.add_argument("--first-samples", type=int, default=200,
+                   help="fresh ShapeEnvs per round for the *_sym_first rows (default 200; 0 skips them)")
     p.add_argument("--json", metavar="OUT.json")
     a = p.parse_args(argv)
     rows = run(a.number, a.repeat, a.rounds)
+    if a.first_samples > 0:
+        rows += run_first(a.first_samples, a.rounds)
     print(f"fastfake {fastfake.__version__} | torch {torch.__version__} | median us per call inside "
-          f"FakeTensorMode (timeit number={a.number} x repeat={a.repeat} x {a.rounds} interleaved rounds)")
+          f"FakeTensorMode (timeit number={a.number} x repeat={a.repeat} x {a.rounds} interleaved rounds; "
+          f"*_sym_first: one first call in each of {a.first_samples} new ShapeEnvs x {a.rounds} rounds)")
     print(f"{'op':15s} {'stock us':>10s} {'fastfake us':>12s} {'stock/fastfake':>15s}")
     for r in rows:
         print(f"{r['op']:15s} {r['stock_us']:10.2f} {r['fastfake_us']:12.2f} {r['speedup']:14.2f}x")

@@ -266,3 +266,17 @@ def test_long_random_sequences_across_shape_envs(seed):
         random_steps(twin, rng, 120)
     s = fastfake.stats()
     assert s.get("cache.symbolic.portable.served", 0) > 30, parity.counters_with_prefix(s, "cache.symbolic")
+
+
+def test_micro_first_call_rows_are_served_first_calls():
+    """bench.micro's *_sym_first rows time what they name: with fastfake, each
+    sample's call is a first call in its new ShapeEnv served from the record
+    learned earlier, not a stock miss nor a hit."""
+    from bench import micro
+
+    for name in micro.FIRST_CALL_OPS:
+        fastfake.reset_stats()
+        micro.measure_first(name, "fastfake", samples=3)
+        stats = fastfake.stats()
+        fastfake.uninstall()
+        assert stats.get("cache.symbolic.portable.served", 0) >= 3, (name, parity.counters_with_prefix(stats, "cache."))
