@@ -136,7 +136,10 @@ struct Builder {
       }
     }
     PyObject* e = PyObject_GetAttr(node, g.s_expr_prop);
-    if (e == nullptr) return R::Error;
+    if (e == nullptr) {
+      PyErr_Clear(); // (a node without one: stock's own conversion says what happens)
+      return R::Fallback;
+    }
     Py_DECREF(e);
     seen.emplace_back(node, PyList_GET_SIZE(result));
     return push_new(result, PyObject_CallOneArg(g.stub_type, symint)) ? R::Ok : R::Error;
