@@ -159,11 +159,16 @@ PYBIND11_MODULE(_C, m) {
       "Bind fastfake._portable's hooks (symbolic entries reused in another ShapeEnv).");
   m.def(
       "setup_stock_key",
-      [](py::handle key_type, py::handle stub_type, py::handle backref_type, py::handle size_type, bool on) {
-        stock_key_setup(key_type.ptr(), stub_type.ptr(), backref_type.ptr(), size_type.ptr(), on);
+      [](py::handle key_type,
+         py::handle stub_type,
+         py::handle backref_type,
+         py::handle size_type,
+         bool tracing_item,
+         bool on) {
+        stock_key_setup(key_type.ptr(), stub_type.ptr(), backref_type.ptr(), size_type.ptr(), tracing_item, on);
       },
       py::arg("key_type"), py::arg("stub_type"), py::arg("backref_type"), py::arg("size_type"),
-      py::arg("on"),
+      py::arg("tracing_item"), py::arg("on"),
       "Bind stock's _DispatchCacheKey, _PySymInputStub, _InputBackref and torch.Size; turn the C++ "
       "stock-key builder on or off.");
   m.def("stock_key_on", []() { return stock_key_on(); });

@@ -11,7 +11,7 @@
 // tensors); here the items are laid out as stock lays them out:
 //
 //   func, default dtype, default device (a string), inference mode,
-//   ShapeEnv settings (None without a ShapeEnv), proxy tracing,
+//   ShapeEnv settings (None without a ShapeEnv), proxy tracing (not on 2.9),
 //   [tuple, "length_n", <each argument>] if there are arguments,
 //   [dict, "length_n", <each keyword: str, name>, <each value>] if keywords,
 //
@@ -67,6 +67,7 @@ struct Refs {
   PyObject* symfloat_type = nullptr;
   PyObject* s_convert_sym_int = nullptr;
   std::vector<PyObject*> lengths; // "length_0", "length_1", ... (owned)
+  bool tracing_item = true; // the head holds "proxy tracing" (2.13+; not 2.9)
   bool on = false;
 } g;
 
@@ -302,7 +303,9 @@ void stock_key_setup(
     PyObject* stub_type,
     PyObject* backref_type,
     PyObject* size_type,
+    bool tracing_item,
     bool on) {
+  g.tracing_item = tracing_item;
   for (auto [dst, src] : {std::pair{&g.key_type, key_type}, {&g.stub_type, stub_type},
                           {&g.backref_type, backref_type}, {&g.size_type, size_type}}) {
     Py_XINCREF(src);
@@ -364,7 +367,7 @@ PyObject* stock_key_build(PyObject* mode, PyObject* state, PyObject* func, PyObj
                torch::getTHPDtype(c10::typeMetaToScalarType(c10::get_default_dtype())))) &&
       push_new(result, default_device_str()) &&
       push(result, c10::InferenceMode::is_enabled() ? Py_True : Py_False) && push(result, settings) &&
-      push(result, cache_detail::proxy_tracing() ? Py_True : Py_False);
+      (!g.tracing_item || push(result, cache_detail::proxy_tracing() ? Py_True : Py_False));
   Py_XDECREF(settings);
   if (!head) r = R::Error;
   if (r == R::Ok && PyTuple_GET_SIZE(args) > 0) r = b.seq(args, 0);

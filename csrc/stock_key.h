@@ -10,13 +10,15 @@
 namespace fastfake {
 
 // Binds `_DispatchCacheKey`, `_PySymInputStub`, `_InputBackref` and `torch.Size`;
-// `on` turns the builder on (after fastfake._stock_key proved it against stock's
-// keys).
+// `tracing_item`: the key's head holds whether proxy tracing is on (the release's
+// layout, fastfake._compat); `on` turns the builder on (after fastfake._stock_key
+// proved it against stock's keys).
 void stock_key_setup(
     PyObject* key_type,
     PyObject* stub_type,
     PyObject* backref_type,
     PyObject* size_type,
+    bool tracing_item,
     bool on);
 bool stock_key_on();
 // `FakeTensorMode._cache_key(state, func, args, kwargs)` as stock builds it (a new

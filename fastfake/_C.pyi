@@ -146,9 +146,13 @@ def set_portable(on: bool) -> bool:
     """Serve and record symbolic entries across ShapeEnvs (returns the previous
     setting; the records are kept until :func:`cache_clear`)."""
 
-def setup_stock_key(key_type: type, stub_type: type, backref_type: type, size_type: type, on: bool) -> None:
+def setup_stock_key(
+    key_type: type, stub_type: type, backref_type: type, size_type: type, tracing_item: bool, on: bool
+) -> None:
     """Bind stock's ``_DispatchCacheKey``, ``_PySymInputStub``, ``_InputBackref`` and
-    ``torch.Size`` for :func:`stock_cache_key`, and turn it on or off
+    ``torch.Size`` for :func:`stock_cache_key`, say whether the release's key holds
+    the proxy-tracing flag after the ShapeEnv settings
+    (``fastfake._compat.stock_key_head``), and turn it on or off
     (csrc/stock_key.cpp; ``fastfake._stock_key`` proves it against stock's own keys
     at install before turning it on)."""
 

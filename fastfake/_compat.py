@@ -246,6 +246,29 @@ def portable_entries_known() -> bool:
 
 
 @functools.cache
+def stock_key_head() -> int | None:
+    """How many items stock's dispatch-cache key starts with before the arguments:
+    6 (op, default dtype, default device, inference mode, ShapeEnv settings, proxy
+    tracing; 2.13+), 5 (no proxy-tracing flag; 2.9), None if neither (the C++
+    key builder then stays off). Read off a key stock builds for a call without
+    arguments."""
+    from torch._subclasses._fake_tensor_utils import _CacheKeyState
+
+    ft = _ft()
+    mode = ft.FakeTensorMode()
+    try:
+        key = mode._cache_key(_CacheKeyState(None), torch.ops.aten.zeros.default, (), {})
+    except Exception:  # noqa: BLE001 -- an unknown layout
+        return None
+    items = key.key
+    if len(items) not in (5, 6) or items[0] is not torch.ops.aten.zeros.default or items[4] is not None:
+        return None
+    if len(items) == 6 and type(items[5]) is not bool:
+        return None
+    return len(items)
+
+
+@functools.cache
 def stock_reruns_unsafe_view() -> bool:
     """Whether stock refuses to cache ``aten._unsafe_view`` ("unsafe view", up to
     2.14; 2.15 caches it as a view): then fastfake._rerun serves its symbolic

@@ -25,7 +25,7 @@ import torch
 from torch._subclasses import fake_tensor as ft
 from torch._subclasses._fake_tensor_utils import _CacheKeyState, _InputBackref, _PySymInputStub
 
-from . import _C
+from . import _C, _compat
 
 _state = {"proved": None, "why": ""}
 _TYPES = (ft._DispatchCacheKey, _PySymInputStub, _InputBackref, torch.Size)
@@ -173,16 +173,24 @@ def prove() -> tuple[bool, str]:
     return True, ""
 
 
+def _setup(on: bool) -> None:
+    head = _compat.stock_key_head()
+    _C.setup_stock_key(*_TYPES, head == 6, on and head is not None)
+
+
 def prove_once() -> bool:
     """Prove the builder (once per process; its counters left as they were)."""
     if _state["proved"] is None:
         saved = saved_counters()
-        _C.setup_stock_key(*_TYPES, True)
-        try:
-            ok, why = prove()
-        finally:
-            _C.setup_stock_key(*_TYPES, False)
-            restore_counters(saved)
+        if _compat.stock_key_head() is None:
+            ok, why = False, "stock's key starts with items the builder does not know"
+        else:
+            _setup(True)
+            try:
+                ok, why = prove()
+            finally:
+                _setup(False)
+                restore_counters(saved)
         _state["proved"], _state["why"] = ok, why
         if not ok:
             import logging
@@ -195,7 +203,7 @@ def prove_once() -> bool:
 
 def enable(on: bool) -> None:
     """Turn the builder on (if proven) or off."""
-    _C.setup_stock_key(*_TYPES, on and prove_once())
+    _setup(on and prove_once())
 
 
 def why_disabled() -> str:
