@@ -33,7 +33,6 @@
 #include "fastfake.h"
 #include "stock_key.h"
 
-#include <ATen/EmptyTensor.h>
 #include <c10/core/DefaultDtype.h>
 #include <c10/core/DeviceType.h>
 #include <c10/core/InferenceMode.h>
@@ -63,8 +62,6 @@ struct Refs {
   PyObject* backref_type = nullptr; // _InputBackref
   PyObject* s_expr_prop = nullptr; // "expr"
   PyObject* size_type = nullptr; // torch.Size
-  PyObject* symbool_type = nullptr;
-  PyObject* symfloat_type = nullptr;
   PyObject* s_convert_sym_int = nullptr;
   std::vector<PyObject*> lengths; // "length_0", "length_1", ... (owned)
   bool tracing_item = true; // the head holds "proxy tracing" (2.13+; not 2.9)

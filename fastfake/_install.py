@@ -229,6 +229,8 @@ def install(
     opts = Options(elementwise=elementwise, cache=cache, device=device, crosscheck=crosscheck)
     if _State.requested == opts:
         return
+    # stock's cache key built in C++ (proved here, with stock's state preserved)
+    stock_key = opts.cache and not _env_flag("FASTFAKE_NO_STOCK_KEY")
     _check_version()
     ft, _ = _torch_internals()
     # Setting up and self-testing run stock fake ops; stock's dispatch cache and
@@ -237,7 +239,7 @@ def install(
         _setup()
         if _State.selftest is None:
             _State.selftest = _run_selftest(ft)
-        if opts.cache and not _env_flag("FASTFAKE_NO_STOCK_KEY"):
+        if stock_key:
             _stock_key.prove_once()
     requested = opts
     opts = _proven(opts, _State.selftest)
@@ -257,7 +259,7 @@ def install(
     )
     report = _State.selftest
     _C.set_portable(opts.cache and _portable_allowed(report))
-    _stock_key.enable(opts.cache and not _env_flag("FASTFAKE_NO_STOCK_KEY"))
+    _stock_key.enable(opts.cache and stock_key)
     _C.set_rerun(opts.cache and _rerun_allowed(report))
     _C.set_item_memo(opts.cache and _item_memo_allowed(report))
     _apply(ft, opts)
