@@ -213,6 +213,7 @@ PyObject* try_cache(
     return bypass(CacheBypassModeState);
   }
   ctx.key.push_back(PyTuple_GET_SIZE(args));
+  ctx.scalar_ok = rerun_scalar_op(func);
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(args); ++i) {
     if (!encode(ctx, PyTuple_GET_ITEM(args, i), 0)) {
       return bypass(ctx.why);
@@ -242,6 +243,19 @@ PyObject* try_cache(
   if (ctx.symbolic && !touch_exprs(ctx)) {
     PyErr_Clear(); // stock's own key computation raises it again
     return bypass(CacheBypassSymOther);
+  }
+
+  if (ctx.sym_scalars != 0) {
+    // A SymFloat argument: stock never caches the call ("symbolic shape"); such a
+    // key never enters the result cache, only a rerun entry serves it.
+    bool done = false;
+    PyObject* r = rerun_call(mode, func, types, args, kwargs, ctx, &done, served);
+    if (done) {
+      *handled = true;
+      if (!*served) bump(CacheBypassSymScalar);
+      return r;
+    }
+    return bypass(CacheBypassSymScalar);
   }
 
   auto it = g_index.find(ctx.key);

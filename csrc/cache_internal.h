@@ -126,6 +126,7 @@ enum : int64_t {
   kSym, // a SymNode seen first here: its value id
   kSymRef, // a SymNode seen before in this key: its slot
   kSymGlobal,
+  kSymScalar, // a SymFloat argument (cache_rerun.cpp): its node's value id
 };
 
 struct KeyCtx {
@@ -138,6 +139,10 @@ struct KeyCtx {
   bool symbolic = false;
   std::vector<PyObject*> nodes; // borrowed SymNodes, by first occurrence
   std::vector<c10::SymInt> syms; // the same, as c10::SymInt (reused by outputs)
+  // The op is one of fastfake._rerun.SCALAR_OPS: a SymFloat argument enters the
+  // key (stock bypasses its cache for it; only cache_rerun.cpp serves such keys).
+  bool scalar_ok = false;
+  int sym_scalars = 0; // SymFloat arguments in the key
 };
 
 // ---- cache.cpp ----

@@ -87,6 +87,21 @@ c10::SymInt symint_from_node(PyObject* node) {
 
 // Appends a SymNode: a back-reference if this key has seen the object before,
 // otherwise its interned value id (memoised on the node by fastfake._cache.sym_vid).
+// A SymNode's value id (fastfake._cache.sym_vid, memoised on the node), or -1
+// (no error set).
+long long node_vid(PyObject* node) {
+  long long vid = -1;
+  PyObject* memo = instance_attr(node, g_py.s_fastfake_vid);
+  if (memo != nullptr) {
+    vid = PyLong_AsLongLong(memo);
+  } else if (PyObject* r = PyObject_CallOneArg(g_py.sym_vid_hook, node)) {
+    vid = PyLong_AsLongLong(r);
+    Py_DECREF(r);
+  }
+  if (vid < 0) PyErr_Clear();
+  return vid;
+}
+
 bool push_node(KeyCtx& ctx, PyObject* node, const c10::SymInt* s) {
   for (size_t i = 0; i < ctx.nodes.size(); ++i) {
     if (ctx.nodes[i] == node) {
@@ -103,19 +118,8 @@ bool push_node(KeyCtx& ctx, PyObject* node, const c10::SymInt* s) {
     ctx.why = CacheBypassSymOther; // no ShapeEnv on the mode, or a foreign one
     return false;
   }
-  long long vid = -1;
-  PyObject* memo = instance_attr(node, g_py.s_fastfake_vid);
-  if (memo != nullptr) {
-    vid = PyLong_AsLongLong(memo);
-  } else {
-    PyObject* r = PyObject_CallOneArg(g_py.sym_vid_hook, node);
-    if (r != nullptr) {
-      vid = PyLong_AsLongLong(r);
-      Py_DECREF(r);
-    }
-  }
+  const long long vid = node_vid(node);
   if (vid < 0) {
-    PyErr_Clear();
     ctx.why = CacheBypassSymOther;
     return false;
   }
@@ -130,6 +134,28 @@ bool push_node(KeyCtx& ctx, PyObject* node, const c10::SymInt* s) {
     return false;
   }
   ctx.symbolic = true;
+  return true;
+}
+
+// A SymFloat argument of a scalar op (KeyCtx::scalar_ok): its node's value id.
+// Not among `ctx.nodes`: stock's key raises its bypass at a SymFloat without
+// reading its `expr`, and no output is built from it.
+bool push_sym_scalar(KeyCtx& ctx, PyObject* v) {
+  PyObject* node = instance_attr(v, g_py.s_node);
+  if (node == nullptr || g_py.symnode_type == nullptr || g_py.sym_vid_hook == nullptr ||
+      Py_TYPE(node) != reinterpret_cast<PyTypeObject*>(g_py.symnode_type) || ctx.shape_env == nullptr ||
+      instance_attr(node, g_py.s_shape_env) != ctx.shape_env) {
+    ctx.why = CacheBypassSymScalar;
+    return false;
+  }
+  const long long vid = node_vid(node);
+  if (vid < 0) {
+    ctx.why = CacheBypassSymScalar;
+    return false;
+  }
+  ctx.key.push_back(kSymScalar);
+  ctx.key.push_back(vid);
+  ++ctx.sym_scalars;
   return true;
 }
 
@@ -229,6 +255,10 @@ bool encode(KeyCtx& ctx, PyObject* v, int depth) {
       return false;
     }
     return push_node(ctx, node, nullptr);
+  }
+  if (ctx.scalar_ok && depth == 0 && g_py.symfloat_type != nullptr &&
+      Py_TYPE(v) == reinterpret_cast<PyTypeObject*>(g_py.symfloat_type)) {
+    return push_sym_scalar(ctx, v);
   }
   switch (push_number(v, key)) {
     case NumberKey::Ok:

@@ -178,6 +178,7 @@ struct PyRefs {
   // symbolic shapes (set by _C.setup_symbolic())
   PyObject* symnode_type = nullptr; // torch.fx.experimental.sym_node.SymNode
   PyObject* symint_type = nullptr; // torch.SymInt
+  PyObject* symfloat_type = nullptr; // torch.SymFloat (set by _C.setup_rerun())
   PyObject* sym_vid_hook = nullptr; // fastfake._cache.sym_vid
   PyObject* sym_valid_hook = nullptr; // fastfake._cache.still_valid
   PyObject* sym_capture_hook = nullptr; // fastfake._cache.capture_begin
@@ -367,6 +368,7 @@ struct StockCounts {
   uint64_t misses = 0; // not yet added to FakeTensorMode.cache_misses
   uint64_t non_fake_bypasses = 0; // not yet added to cache_bypasses["non-fake tensor"]
   uint64_t unsafe_view_bypasses = 0; // not yet added to cache_bypasses["unsafe view"]
+  uint64_t sym_scalar_bypasses = 0; // not yet added to cache_bypasses["symbolic shape"]
   uint64_t entries = 0; // entries stock's cache would hold beyond its own
 };
 extern StockCounts g_stock_counts;

@@ -188,20 +188,31 @@ PYBIND11_MODULE(_C, m) {
   });
   m.def(
       "setup_rerun",
-      [](py::handle before, py::handle learn, py::handle admit, py::handle ops) {
-        rerun_setup(before.ptr(), learn.ptr(), admit.ptr(), ops.ptr());
+      [](py::handle before, py::handle learn, py::handle admit, py::handle ops, py::handle scalar_ops,
+         py::handle symfloat_type) {
+        set_ref(g_py.symfloat_type, symfloat_type);
+        rerun_setup(before.ptr(), learn.ptr(), admit.ptr(), ops.ptr(), scalar_ops.ptr());
       },
-      "Bind fastfake._rerun's hooks and ops (symbolic calls stock never caches).");
+      py::arg("before"), py::arg("learn"), py::arg("admit"), py::arg("ops"), py::arg("scalar_ops"),
+      py::arg("symfloat_type"),
+      "Bind fastfake._rerun's hooks, its ops (symbolic calls stock never caches) and its scalar ops "
+      "(calls with a SymFloat argument, which stock never caches), and torch.SymFloat.");
   m.def(
       "set_rerun",
       [](bool on) { return rerun_set(on); },
       py::arg("on"),
       "Serve and learn rerun entries; returns the previous setting.");
+  m.def(
+      "set_rerun_scalar",
+      [](bool on) { return rerun_scalar_set(on); },
+      py::arg("on"),
+      "Serve and learn rerun entries of calls with a SymFloat argument; returns the previous setting.");
   m.def("rerun_size", []() { return rerun_size(); });
   m.def("rerun_counts", []() { return rerun_counts(); });
   m.def("rerun_reset_counts", []() { rerun_reset_counts(); });
-  m.def("rerun_set_counts", [](uint64_t served, uint64_t declined_inputs) {
-    rerun_set_counts(served, declined_inputs);
+  m.def("rerun_set_counts", [](uint64_t served, uint64_t declined_inputs, uint64_t served_scalar,
+                                uint64_t other_env) {
+    rerun_set_counts(served, declined_inputs, served_scalar, other_env);
   });
   m.def(
       "setup_item_memo",
@@ -388,13 +399,14 @@ PYBIND11_MODULE(_C, m) {
       "take_stock_counts",
       []() {
         auto r = py::make_tuple(g_stock_counts.hits, g_stock_counts.misses,
-                                g_stock_counts.non_fake_bypasses, g_stock_counts.unsafe_view_bypasses);
+                                g_stock_counts.non_fake_bypasses, g_stock_counts.unsafe_view_bypasses,
+                                g_stock_counts.sym_scalar_bypasses);
         g_stock_counts.hits = g_stock_counts.misses = g_stock_counts.non_fake_bypasses = 0;
-        g_stock_counts.unsafe_view_bypasses = 0;
+        g_stock_counts.unsafe_view_bypasses = g_stock_counts.sym_scalar_bypasses = 0;
         return r;
       },
-      "(hits, misses, non-fake-tensor bypasses, unsafe-view bypasses) stock's cache would have counted for "
-      "the calls served since the last take; zeroes them.");
+      "(hits, misses, non-fake-tensor bypasses, unsafe-view bypasses, symbolic-shape bypasses) stock's cache "
+      "would have counted for the calls served since the last take; zeroes them.");
   m.def(
       "stock_cache_extra_entries",
       []() { return g_stock_counts.entries; },
@@ -440,7 +452,9 @@ PYBIND11_MODULE(_C, m) {
         } else if (kind == "portable") {
           portable_inject_fault(n);
         } else if (kind == "rerun") {
-          rerun_inject_fault(n);
+          rerun_inject_fault(n, false);
+        } else if (kind == "rerun_scalar") {
+          rerun_inject_fault(n, true);
         } else if (kind == "symnode") {
           symnode_memo_inject_fault(n);
         } else if (kind == "symnode_expr") {

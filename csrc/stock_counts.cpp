@@ -10,6 +10,8 @@
 //   * an _unsafe_view served from an entry learned from stock's uncached result
 //     (stock bypasses its cache for it, "unsafe view"): one such bypass, and the
 //     hit of the op its kernel dispatches;
+//   * a call with a SymFloat argument served from a rerun entry (stock bypasses
+//     its cache for it, "symbolic shape"): one such bypass;
 //   * a call whose non-fake tensor arguments were converted (real_inputs.cpp):
 //     stock bypasses its cache for it ("non-fake tensor");
 //   * an elementwise result is built without consulting stock's cache; stock
@@ -58,6 +60,7 @@ void stock_counts_clear() {
   g_stock_counts.hits = g_stock_counts.misses = g_stock_counts.entries = 0;
   g_stock_counts.non_fake_bypasses = 0;
   g_stock_counts.unsafe_view_bypasses = 0;
+  g_stock_counts.sym_scalar_bypasses = 0;
 }
 
 size_t stock_counts_seen_size() {

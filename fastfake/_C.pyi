@@ -187,30 +187,44 @@ def setup_rerun(
     learn: Callable[[Any, Any, tuple, Any, Any, Any], Any],
     admit: Callable[[Any, Any], bool],
     ops: tuple[Any, ...],
+    scalar_ops: tuple[Any, ...],
+    symfloat_type: type,
 ) -> None:
     """Bind ``fastfake._rerun``'s hooks and the ops it serves: symbolic calls stock
     never caches (csrc/cache_rerun.cpp). For a symbolic call of one of ``ops`` with a
-    negative result-cache entry, C++ asks ``before(mode, func, args, kwargs)`` for a
-    snapshot before stock reruns it, records which derived values each tensor
-    argument had memoised, and afterwards ``learn(mode, func, args, kwargs, out,
-    snapshot)`` returns ``(record, description)`` with ``record = (symbols,
-    signature, [stamp], nested_hits)``; the entry (keyed with the ShapeEnv's id) also
-    holds what the kernel memoised on the inputs. A repeat is served when the inputs
-    have memoised the same derived values and ``admit(mode, record)`` is true."""
+    negative result-cache entry, or a call ``(FakeTensor, SymFloat)`` of one of
+    ``scalar_ops`` (its key holds the SymFloat's value id and never enters the
+    result cache; ``symfloat_type`` is ``torch.SymFloat``), C++ asks
+    ``before(mode, func, args, kwargs)`` for a snapshot before stock reruns it,
+    records which derived values each tensor argument had memoised, and afterwards
+    ``learn(mode, func, args, kwargs, out, snapshot)`` returns ``(record,
+    description)`` with ``record = ((symbols, scalar_symbols), signature, [stamp],
+    nested_hits)``; the entry, keyed by the call's key without the ShapeEnv's id
+    and by the inputs' memoised-value masks, also holds what the kernel memoised on
+    the inputs. A repeat is served when ``admit(mode, record, same_env)`` is true
+    (``same_env``: the ShapeEnv the record's stamp was last checked in; in another
+    one only records with ``nested_hits == 0`` are asked)."""
 
 def set_rerun(on: bool) -> bool:
     """Serve and learn rerun entries (returns the previous setting; entries are kept
     until :func:`cache_clear`)."""
 
+def set_rerun_scalar(on: bool) -> bool:
+    """Serve and learn rerun entries of the scalar ops' calls with a SymFloat
+    (returns the previous setting)."""
+
 def rerun_size() -> int:
     """Number of rerun entries (bounded: 4,096, then emptied)."""
 
-def rerun_counts() -> tuple[int, int]:
-    """``(served, declined because an input had memoised other values)``."""
+def rerun_counts() -> tuple[int, int, int, int]:
+    """``(served, declined because the inputs' memoised values could not be read,
+    served calls of the scalar ops, served calls of either kind in a ShapeEnv other
+    than the one the record was learned in)``. Entries are kept per key and per memo state
+    of the inputs (which derived values each input tensor had memoised)."""
 
 def rerun_reset_counts() -> None: ...
 
-def rerun_set_counts(served: int, declined_inputs: int) -> None:
+def rerun_set_counts(served: int, declined_inputs: int, served_scalar: int, other_env: int) -> None:
     """Put saved counts back (the self-test restores the user's counters)."""
 
 def setup_item_memo(op: Any, reason: str, eligible: Callable[[Any], bool]) -> None:
@@ -368,12 +382,14 @@ def cache_size() -> int:
 
 # ---- stock's cache statistics for served calls (csrc/stock_counts.cpp) ----
 
-def take_stock_counts() -> tuple[int, int, int, int]:
-    """(hits, misses, non-fake-tensor bypasses, unsafe-view bypasses) stock's
-    dispatch cache would have counted for the calls served since the last take;
-    zeroes them (fastfake/_stock_cache.py adds them to ``FakeTensorMode.cache_hits``
-    / ``cache_misses`` / ``cache_bypasses["non-fake tensor"]`` /
-    ``cache_bypasses["unsafe view"]``). A served ``_unsafe_view`` (an entry learned
+def take_stock_counts() -> tuple[int, int, int, int, int]:
+    """(hits, misses, non-fake-tensor bypasses, unsafe-view bypasses,
+    symbolic-shape bypasses) stock's dispatch cache would have counted for the calls
+    served since the last take; zeroes them (fastfake/_stock_cache.py adds them to
+    ``FakeTensorMode.cache_hits`` / ``cache_misses`` /
+    ``cache_bypasses["non-fake tensor"]`` / ``cache_bypasses["unsafe view"]`` /
+    ``cache_bypasses["symbolic shape"]``; a served call with a SymFloat argument is
+    one "symbolic shape" bypass). A served ``_unsafe_view`` (an entry learned
     from stock's uncached output where stock bypasses its cache for the op) counts
     as stock counts that call: one "unsafe view" bypass and one hit (the op its
     kernel dispatches)."""
@@ -413,8 +429,9 @@ def _inject_fault(n: int, kind: str = "dtype") -> None:
     :func:`convert_real` leave ``requires_grad`` unset; ``kind="portable"``: the
     next ``n`` calls served from another ShapeEnv's entry are rebuilt from stock's
     hit recipe instead of its miss recipe; ``kind="rerun"``: the next ``n`` served
-    repeats of a call stock never caches leave their inputs without the values the
-    kernel memoised on them; ``kind="symnode"``: the next ``n`` SymNodes served from
+    repeats of ``_unsafe_view`` leave their inputs without the values the kernel
+    memoised on them; ``kind="rerun_scalar"``: the same for served repeats of
+    pointwise calls with a SymFloat; ``kind="symnode"``: the next ``n`` SymNodes served from
     the SymNode memo get the other optimized-summation flag; ``kind="symnode_expr"``:
     the next ``n`` ``SymNode.expr`` reads after a replacement answer the unreplaced
     ``_expr``; ``kind="symnode_int"``: the next ``n`` ``SymNode.maybe_as_int`` calls

@@ -326,6 +326,30 @@ def plain_alias(mode, out, base) -> bool:
     )
 
 
+def plain_fresh(mode, out, args) -> bool:
+    """``out`` is a new tensor as stock's uncached pointwise call on ``args[0]``
+    (a FakeTensor) and a scalar returns it: a plain FakeTensor of ``mode`` on
+    ``args[0]``'s device over a storage of its own, version 0, nothing set at the
+    fake level."""
+    base = args[0]
+    return (
+        type(base) is ft.FakeTensor
+        and type(out) is ft.FakeTensor
+        and out is not base
+        and out.fake_mode is mode
+        and base.fake_mode is mode
+        and out.layout == torch.strided
+        and not out.requires_grad
+        and not out.is_conj()
+        and not out.is_neg()
+        and not out.is_inference()
+        and out._version == 0
+        and out.untyped_storage()._cdata != base.untyped_storage()._cdata
+        and out.fake_device == base.fake_device
+        and _plain_state(out)
+    )
+
+
 def _describe_unsafe_view(mode, func, args, kwargs, out):
     """An entry for ``_unsafe_view``, which stock caches as a view from 2.15 on and
     bypasses its cache for before ("unsafe view"), read off the output stock's

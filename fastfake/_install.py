@@ -261,6 +261,7 @@ def install(
     _C.set_portable(opts.cache and _portable_allowed(report))
     _stock_key.enable(opts.cache and stock_key)
     _C.set_rerun(opts.cache and _rerun_allowed(report))
+    _C.set_rerun_scalar(opts.cache and _rerun_scalar_allowed(report))
     _C.set_item_memo(opts.cache and _item_memo_allowed(report))
     _apply(ft, opts)
     if opts.cache and _allowed(report, "functional_storage"):
@@ -289,6 +290,7 @@ SWITCHES = {
     "cache_symbolic": "FASTFAKE_NO_SYMBOLIC_CACHE",
     "cache_portable": "FASTFAKE_NO_PORTABLE",
     "cache_rerun": "FASTFAKE_NO_RERUN",
+    "cache_rerun_scalar": "FASTFAKE_NO_RERUN_SCALAR",
     "cache_item_memo": "FASTFAKE_NO_ITEM_MEMO",
     "functional_storage": "FASTFAKE_NO_FUNCTIONAL_MEMO",
     "detach": "FASTFAKE_NO_FAST_DETACH",
@@ -322,6 +324,14 @@ def _rerun_allowed(report) -> bool:
         _symbolic_cache_allowed(report)
         and _allowed(report, "cache_rerun")
         and _compat.stock_reruns_unsafe_view()
+    )
+
+
+def _rerun_scalar_allowed(report) -> bool:
+    return (
+        _symbolic_cache_allowed(report)
+        and _allowed(report, "cache_rerun_scalar")
+        and _rerun.scalar_available()
     )
 
 
@@ -435,15 +445,17 @@ def _run_selftest(ft) -> _selftest.Report:
     def only(feature: str):
         _C.set_config(
             elementwise=feature == "elementwise",
-            cache=feature in ("cache", "cache_symbolic", "cache_portable", "cache_rerun", "cache_item_memo"),
+            cache=feature in ("cache", "cache_symbolic", "cache_portable", "cache_rerun", "cache_rerun_scalar",
+                              "cache_item_memo"),
             crosscheck=False,
             max_signatures_per_op=MAX_SIGNATURES_PER_OP,
             cache_max_entries=CACHE_MAX_ENTRIES,
             cache_max_bytes=CACHE_MAX_BYTES,
-            cache_symbolic=feature in ("cache_symbolic", "cache_portable", "cache_rerun"),
+            cache_symbolic=feature in ("cache_symbolic", "cache_portable", "cache_rerun", "cache_rerun_scalar"),
         )
         _C.set_portable(feature == "cache_portable")
         _C.set_rerun(feature == "cache_rerun")
+        _C.set_rerun_scalar(feature == "cache_rerun_scalar")
         _C.set_item_memo(feature == "cache_item_memo")
         _apply(ft, Options(elementwise=True, cache=feature != "elementwise", device=True))
         if feature == "functional_storage":
@@ -484,6 +496,8 @@ def _run_selftest(ft) -> _selftest.Report:
             features.append("cache_portable")
         if _compat.stock_reruns_unsafe_view():
             features.append("cache_rerun")
+        if _rerun.scalar_available():
+            features.append("cache_rerun_scalar")
     if _item_memo.available():
         features.append("cache_item_memo")
     if _symnode.available():
@@ -569,6 +583,7 @@ def _configure_off() -> None:
     _C.set_portable(False)
     _stock_key.enable(False)
     _C.set_rerun(False)
+    _C.set_rerun_scalar(False)
     _C.set_item_memo(False)
     _C.set_symnode_memo(False)
     _C.set_symnode_memo_check(None)

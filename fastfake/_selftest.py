@@ -41,6 +41,7 @@ FEATURES = {
     "cache_symbolic": ("cache.symbolic.hit",),
     "cache_portable": ("cache.symbolic.portable.served",),
     "cache_rerun": ("cache.symbolic.rerun.served",),
+    "cache_rerun_scalar": ("cache.symbolic.rerun.served_scalar",),
     "cache_item_memo": ("cache.item_memo.served",),
     "device": ("device.fast",),
     "functional_storage": ("functional.storage.hit", "functional.storage.replayed"),
@@ -205,6 +206,28 @@ def _rerun_program(mode, dev: str) -> list:
         out.append(("output memo", (), _C.synth_recipe(y, True)))
         z = torch.ops.aten._unsafe_view.default(y, [x.shape[1], x.shape[0]])
         out.append(("_unsafe_view back", (y,), z))
+    return out
+
+
+def _rerun_scalar_program(mode, dev: str) -> list:
+    """Repeats of pointwise calls with a SymFloat (stock never caches them): a
+    SymFloat of a size (backed, hinted) and one of ``.item()`` (unbacked), each op
+    several times on new inputs with the same metadata, a guard on the SymFloat in
+    between, and what the kernel memoised on the inputs."""
+    x = _symbolic_input(mode, dev, 6, 8)
+    out = []
+    floats = [torch.sym_float(x.shape[0]), torch.empty((), dtype=torch.float64, device=dev).item()]
+    for k, f in enumerate(floats):
+        for i in range(3):
+            t = x.clone() if i % 2 == 0 else x.t()
+            for name, op in (("add", torch.ops.aten.add.Tensor), ("mul", torch.ops.aten.mul.Tensor)):
+                y = op(t, f)
+                out.append((f"{name} symfloat {k}", (t,), y))
+                out.append(("input memo", (), _C.synth_recipe(t, True)))
+                out.append(("output memo", (), _C.synth_recipe(y, True)))
+            if i == 1:
+                torch._check(f > -1.0)
+                out.append(("guard", (), repr(sorted(map(str, mode.shape_env.var_to_range.items())))))
     return out
 
 
@@ -543,6 +566,7 @@ def _groups() -> list[tuple[str, Program, bool, tuple[str, ...]]]:
         ("cache_symbolic", _symbolic_program, True, ("cpu",)),
         ("cache_portable", _portable_program, True, ("cpu",)),
         ("cache_rerun", _rerun_program, True, ("cpu",)),
+        ("cache_rerun_scalar", _rerun_scalar_program, True, ("cpu",)),
         ("cache_item_memo", _item_memo_program, True, ("cpu",)),
         ("functional_storage", _functional_program, True, ("cpu",)),
         ("detach", _detach_program, True, ("cpu", *accel)),

@@ -39,8 +39,8 @@ from . import _C, _functional
 
 def flush() -> None:
     """Move the counts of served calls into stock's class counters."""
-    hits, misses, non_fake, unsafe_view = _C.take_stock_counts()
-    if hits or misses or non_fake or unsafe_view:
+    hits, misses, non_fake, unsafe_view, sym_scalar = _C.take_stock_counts()
+    if hits or misses or non_fake or unsafe_view or sym_scalar:
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         FakeTensorMode.cache_hits += hits
@@ -49,6 +49,8 @@ def flush() -> None:
             FakeTensorMode.cache_bypasses["non-fake tensor"] += non_fake
         if unsafe_view:
             FakeTensorMode.cache_bypasses["unsafe view"] += unsafe_view
+        if sym_scalar:
+            FakeTensorMode.cache_bypasses["symbolic shape"] += sym_scalar
 
 
 def detach() -> None:

@@ -46,6 +46,18 @@ def test_long_random_rerun_sequences(seed):
     assert s["cache.symbolic.rerun.learned"] >= 5, parity.counters_with_prefix(s, "cache.symbolic.rerun")
 
 
+def test_programs_again_in_new_shape_envs():
+    """The same random programs in new ShapeEnvs with every record kept (records
+    whose kernel made a call stock's cache saw stay in their ShapeEnv), every step
+    compared with stock."""
+    fastfake.cache_clear()
+    fastfake.reset_stats()
+    for prog in (0, 0, 1, 0):
+        view_steps(Twin(True), random.Random(377 + prog), 250, repeat=0.3)
+    s = fastfake.stats()
+    assert s["cache.symbolic.rerun.served"] >= 3, parity.counters_with_prefix(s, "cache.symbolic.rerun")
+
+
 def _mm_steps(twin: Twin, n: int) -> None:
     t = twin.new(0, (4, 6, 8), None, torch.float32, "cpu", False)
     w = twin.new(0, (8, 8), None, torch.float32, "cpu", False)

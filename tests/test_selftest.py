@@ -12,7 +12,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import fastfake
-from fastfake import _compat, _fake_prop, _item_memo, _symnode, _symnode_expr, _symnode_int
+from fastfake import _compat, _fake_prop, _item_memo, _rerun, _symnode, _symnode_expr, _symnode_int
 from faults import fault_turns_off_only, in_subprocess
 
 
@@ -35,6 +35,8 @@ def test_passes_here_and_every_feature_served():
             expected.add("cache_portable")
         if _compat.stock_reruns_unsafe_view():
             expected.add("cache_rerun")
+        if _rerun.scalar_available():
+            expected.add("cache_rerun_scalar")
     if _symnode.available():
         expected.add("symnode_memo")
     if _fake_prop.available():
@@ -421,6 +423,17 @@ def test_rerun_forgotten_input_memos_are_caught():
     on its input turn cache_rerun off and nothing else."""
     out = _fault_turns_off_only("rerun", "cache_rerun", "set_rerun")
     assert "'cache_portable': True" in out, out
+
+
+@pytest.mark.skipif(
+    not (_compat.shape_env_counts_replacements() and _rerun.scalar_available()),
+    reason="no rerun entries for SymFloat calls on this release",
+)
+def test_rerun_scalar_forgotten_input_memos_are_caught():
+    """Served repeats of a pointwise call with a SymFloat that leave out what the
+    kernel memoised on its input turn cache_rerun_scalar off and nothing else."""
+    out = _fault_turns_off_only("rerun_scalar", "cache_rerun_scalar", "set_rerun_scalar")
+    assert "'cache_rerun_scalar': False" in out, out
 
 
 @pytest.mark.skipif(not _symnode.available(), reason="no SymNode memo on this release")
