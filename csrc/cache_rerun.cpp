@@ -20,7 +20,7 @@
 //     inputs' memoised-value masks before the call;
 //   * serving: fastfake._rerun.admit (the ShapeEnv signature of the involved
 //     symbols: its cheap stamp in the ShapeEnv last checked, in full in another
-//     one, where only a record without nested stock hits serves); the output
+//     one, where only a scalar op's record without nested stock hits serves); the output
 //     rebuilt (for `_unsafe_view` a view over the input's storage with a version
 //     counter of its own; for a scalar op a new tensor), the kernel's memoised
 //     values seeded into the inputs, and stock's counters moved as its rerun
@@ -87,10 +87,13 @@ bool applies(PyObject* func, PyObject* args, PyObject* kwargs, const KeyCtx& ctx
 
 PyObject* serve(PyObject* mode, PyObject* args, const KeyCtx& ctx, REntry& re) {
   // Symbolic keys end with the ShapeEnv's id (symbolic_key). In another ShapeEnv
-  // only a record whose kernel dispatched nothing stock's cache saw: a nested call
-  // that hit in the learning ShapeEnv could miss (and store) in this one.
+  // only a scalar op's record whose kernel dispatched nothing stock's cache saw:
+  // stock stores nothing for such a call (its key raises the bypass), while an
+  // `_unsafe_view` call stores its negative entry in the ShapeEnv's cache (which
+  // the new one may lack), and a nested call that hit in the learning ShapeEnv
+  // could miss (and store) in this one.
   const int64_t env = ctx.key.back();
-  if (env != re.env && re.hits != 0) return nullptr;
+  if (env != re.env && (!re.scalar || re.hits != 0)) return nullptr;
   PyObject* argv[3] = {mode, re.record, env == re.env ? Py_True : Py_False};
   PyObject* ok = PyObject_Vectorcall(g_admit, argv, 3, nullptr);
   if (ok == nullptr) {

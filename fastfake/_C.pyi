@@ -203,7 +203,7 @@ def setup_rerun(
     and by the inputs' memoised-value masks, also holds what the kernel memoised on
     the inputs. A repeat is served when ``admit(mode, record, same_env)`` is true
     (``same_env``: the ShapeEnv the record's stamp was last checked in; in another
-    one only records with ``nested_hits == 0`` are asked)."""
+    one only the scalar ops' records with ``nested_hits == 0`` are asked)."""
 
 def set_rerun(on: bool) -> bool:
     """Serve and learn rerun entries (returns the previous setting; entries are kept

@@ -42,9 +42,12 @@ In another ShapeEnv (Dynamo restarts its analysis in a new one, and each compile
 of a process starts one, whose symbols get the same names for the same program)
 the argument is the portable entries' (:mod:`fastfake._portable`): stock's kernel
 consults a ShapeEnv only through static evaluation, which reads nothing but the
-signature, so an equal signature gives the same computation. Only records whose
-kernel made no call stock's cache saw (``h == 0``) serve there: a nested call that
-hit in the learning ShapeEnv could miss, and store an entry, in another.
+signature, so an equal signature gives the same computation. Only the scalar ops'
+records whose kernel made no call stock's cache saw (``h == 0``) serve there: stock
+stores nothing for such a call (its key raises the bypass), while an
+``_unsafe_view`` call stores stock's negative entry in the ShapeEnv's cache (which
+a new ShapeEnv may lack), and a nested call that hit in the learning ShapeEnv could
+miss, and store an entry, in another.
 
 Calls with a SymFloat argument ("scalar ops", :data:`SCALAR_OPS`). Stock never
 caches a call with a SymFloat argument ("symbolic shape") and runs its kernel every

@@ -317,8 +317,8 @@ class _Stack(torch.nn.Module):
 def test_compiled_rmsnorm_graphs_identical(workload):
     """A dynamic=True compile of RMSNorm layers: the FX graphs and node metadata
     equal stock's, and in inference the served calls happen (Dynamo's SymFloat
-    eps; in training the repeats are under AOTAutograd's proxy tracing, where
-    nothing is served)."""
+    eps; in training each call on a SymFloat has an input of its own kind, another
+    storage-size expression or memo state, so none is a repeat)."""
     from bench import harness
 
     torch.manual_seed(0)
