@@ -304,10 +304,10 @@ def _plain_state(t) -> bool:
     return all(v is None for k, v in d.items() if k not in ("fake_mode", device_attr))
 
 
-def plain_alias(mode, out, base) -> bool:
-    """``out`` is what stock's uncached ``_unsafe_view`` of ``base`` returns: a plain
-    FakeTensor of ``mode`` over ``base``'s storage and device, with a version
-    counter of its own at 0, nothing set at the fake level."""
+def _plain_output(mode, out, base, same_storage: bool) -> bool:
+    """``out`` is a plain FakeTensor of ``mode`` on ``base``'s device, strided,
+    version 0, nothing set at the fake level, over ``base``'s storage or
+    (``same_storage`` false) a storage of its own."""
     return (
         type(base) is ft.FakeTensor
         and type(out) is ft.FakeTensor
@@ -320,10 +320,17 @@ def plain_alias(mode, out, base) -> bool:
         and not out.is_neg()
         and not out.is_inference()
         and out._version == 0
-        and out.untyped_storage()._cdata == base.untyped_storage()._cdata
+        and (out.untyped_storage()._cdata == base.untyped_storage()._cdata) == same_storage
         and out.fake_device == base.fake_device
         and _plain_state(out)
     )
+
+
+def plain_alias(mode, out, base) -> bool:
+    """``out`` is what stock's uncached ``_unsafe_view`` of ``base`` returns: a plain
+    FakeTensor of ``mode`` over ``base``'s storage and device, with a version
+    counter of its own at 0, nothing set at the fake level."""
+    return _plain_output(mode, out, base, True)
 
 
 def plain_fresh(mode, out, args) -> bool:
@@ -331,23 +338,7 @@ def plain_fresh(mode, out, args) -> bool:
     (a FakeTensor) and a scalar returns it: a plain FakeTensor of ``mode`` on
     ``args[0]``'s device over a storage of its own, version 0, nothing set at the
     fake level."""
-    base = args[0]
-    return (
-        type(base) is ft.FakeTensor
-        and type(out) is ft.FakeTensor
-        and out is not base
-        and out.fake_mode is mode
-        and base.fake_mode is mode
-        and out.layout == torch.strided
-        and not out.requires_grad
-        and not out.is_conj()
-        and not out.is_neg()
-        and not out.is_inference()
-        and out._version == 0
-        and out.untyped_storage()._cdata != base.untyped_storage()._cdata
-        and out.fake_device == base.fake_device
-        and _plain_state(out)
-    )
+    return _plain_output(mode, out, args[0], False)
 
 
 def _describe_unsafe_view(mode, func, args, kwargs, out):

@@ -203,6 +203,16 @@ def _program(x, floats):
             torch.ops.aten.mul.Tensor(t.t(), f)
 
 
+def _run_program():
+    """``_program`` in a new symbolic mode on a new input; returns the mode."""
+    mode = _mode()
+    x = _sym(mode, torch.randn(4, 6))
+    floats = _floats(mode, x)
+    with mode:
+        _program(x, floats)
+    return mode
+
+
 def _floats(mode, x):
     with mode:
         return [torch.sym_float(x.shape[0]), torch.empty((), dtype=torch.float64).item()]
@@ -275,11 +285,7 @@ def test_under_crosscheck_no_mismatch():
     fastfake.install(crosscheck=True)
     try:
         fastfake.reset_stats()
-        mode = _mode()
-        x = _sym(mode, torch.randn(4, 6))
-        floats = _floats(mode, x)
-        with mode:
-            _program(x, floats)
+        mode = _run_program()
         s = fastfake.stats()
         assert s["cache.symbolic.rerun.served_scalar"] >= 3 and s["crosscheck.checked"] >= 3 and s["crosscheck.mismatch"] == 0, s
     finally:
@@ -352,14 +358,10 @@ def test_make_fx_graphs_and_guards_identical():
 def test_entries_keep_nothing_alive_and_go_with_clear_and_switch():
     fastfake.install()
     try:
-        mode = _mode()
-        x = _sym(mode, torch.randn(4, 6))
-        floats = _floats(mode, x)
-        with mode:
-            _program(x, floats)
+        mode = _run_program()
         assert _C.rerun_size() >= 1
         env = weakref.ref(mode.shape_env)
-        del mode, x, floats
+        del mode
         parity.clear_shape_env_lru_caches()
         gc.collect()
         assert env() is None
@@ -375,11 +377,7 @@ def test_can_be_switched_off(monkeypatch):
     fastfake.install()
     try:
         fastfake.reset_stats()
-        mode = _mode()
-        x = _sym(mode, torch.randn(4, 6))
-        floats = _floats(mode, x)
-        with mode:
-            _program(x, floats)
+        mode = _run_program()
         s = fastfake.stats()
         assert s["cache.symbolic.rerun.served_scalar"] == 0
         assert s["cache.bypass.symbolic_scalar"] >= 1
