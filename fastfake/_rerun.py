@@ -20,9 +20,10 @@ from a stock call that
   the calls its kernel dispatched, no miss, and no entry fastfake counts for
   stock appeared);
 * left the ShapeEnv unchanged (:func:`fastfake._portable.fingerprint` and the
-  :func:`fastfake._portable.signature` of the involved symbols, every one backed
-  without a replacement; no pending floor-division resimplification before or
-  after);
+  signature of the involved symbols, every one backed: for each symbol of their
+  replacement closure (a replaced symbol brings in the symbols it is replaced by)
+  its hint, replacement, range and size-likeness, and the axioms and divisibility
+  facts over them; no pending floor-division resimplification before or after);
 * returned a plain FakeTensor over its input's storage with a version counter of
   its own (``_unsafe_view`` is not a view), whose symbols are the inputs'.
 
@@ -153,15 +154,57 @@ def _scalar_signature(env: Any, symbols: tuple) -> tuple:
     return tuple(out)
 
 
+def _closure(env: Any, symbols: tuple) -> tuple:
+    """``symbols`` and, transitively, the symbols of their replacements (sorted):
+    static evaluation of an expression over ``symbols`` reads the replacements'
+    symbols too."""
+    replacements = env.replacements
+    out: set = set()
+    todo = list(symbols)
+    while todo:
+        s = todo.pop()
+        if s not in out:
+            out.add(s)
+            r = replacements.get(s)
+            if r is not None:
+                todo.extend(r.free_symbols)
+    return tuple(sorted(out, key=str))
+
+
+def _tensor_signature(env: Any, symbols: tuple) -> tuple | None:
+    """What static evaluation in ``env`` reads about expressions over ``symbols``:
+    for each symbol of their replacement closure its hint, replacement, range and
+    size-likeness, and the axioms and divisibility facts over the closure; None if
+    one of them is unbacked or has no range. (:func:`fastfake._portable.signature`
+    refuses replaced symbols: a record there serves another ShapeEnv's first call.)"""
+    closure = _closure(env, symbols)
+    hints = _compat.backed_hints(env)
+    replacements = env.replacements
+    ranges = env.var_to_range
+    size_like = env.size_like
+    per_symbol = []
+    for s in closure:
+        r = ranges.get(s)
+        if s not in hints or r is None:
+            return None
+        per_symbol.append((s, hints[s], replacements.get(s), r.lower, r.upper, s in size_like))
+    involved = set(closure)
+    axioms = frozenset(
+        (k, v) for k, v in env.axioms.items() if k.free_symbols and k.free_symbols <= involved
+    )
+    divisible = frozenset(d for d in env.divisible if d.free_symbols <= involved)
+    return (tuple(per_symbol), axioms, divisible)
+
+
 def _full_signature(env: Any, symbols: tuple, scalar_symbols: tuple) -> tuple | None:
-    sig = _portable.signature(env, symbols)
+    sig = _tensor_signature(env, symbols)
     if sig is None:
         return None
-    return (sig, _scalar_signature(env, scalar_symbols)) if scalar_symbols else sig
+    return (sig, _scalar_signature(env, _closure(env, scalar_symbols))) if scalar_symbols else sig
 
 
 def _stamp_all(env: Any, symbols: tuple, scalar_symbols: tuple) -> tuple:
-    return stamp(env, symbols + scalar_symbols)
+    return stamp(env, _closure(env, symbols + scalar_symbols))
 
 
 def _scalar_symbols(func: Any, args: tuple, kwargs: Any) -> tuple | None:
@@ -225,7 +268,7 @@ def learn(mode: Any, func: Any, args: tuple, kwargs: Any, out: Any, state: Any) 
         return None
     found: set = set()
     _cache._collect_symbols((out,), found)
-    if not found <= set(symbols):
+    if not found <= set(_closure(env, symbols)):
         _counts["declined.output"] += 1
         return None
     _counts["learned_scalar" if scalar else "learned"] += 1

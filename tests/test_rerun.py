@@ -60,6 +60,34 @@ def test_programs_again_in_new_shape_envs():
     assert s["cache.symbolic.rerun.served_other_env"] == 0
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_long_random_rerun_sequences_with_replacements(seed):
+    """The same driver with checks that two sizes are equal in between: the
+    ShapeEnv replaces symbols, and records involving a replaced symbol (learned
+    before or after the replacement) must still give stock's answer."""
+    from fastfake import _rerun
+
+    served_replaced = []
+
+    def admit(mode, record, same_env):
+        ok = _rerun.admit(mode, record, same_env)
+        (symbols, _), *_ = record
+        if ok and any(s in mode.shape_env.replacements for s in symbols):
+            served_replaced.append(1)
+        return ok
+
+    fastfake.cache_clear()
+    fastfake.reset_stats()
+    _C.setup_rerun(_rerun.before, _rerun.learn, admit, tuple(_rerun.OPS), _rerun.SCALAR_OPS, torch.SymFloat)
+    try:
+        view_steps(Twin(True), random.Random(1177 + seed), 400, repeat=0.3, equate=0.04)
+    finally:
+        _rerun.setup(_C)
+    s = fastfake.stats()
+    assert s["cache.symbolic.rerun.served"] >= 3, parity.counters_with_prefix(s, "cache.symbolic.rerun")
+    assert served_replaced, "no record with a replaced symbol was served"
+
+
 def _mm_steps(twin: Twin, n: int) -> None:
     t = twin.new(0, (4, 6, 8), None, torch.float32, "cpu", False)
     w = twin.new(0, (8, 8), None, torch.float32, "cpu", False)

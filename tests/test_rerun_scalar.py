@@ -28,6 +28,7 @@ import parity
 from fastfake import _C, _rerun
 from test_cache_symbolic import _mode, _sym
 from test_stateful import Twin
+from test_symbolic_views_random import equate_step
 
 pytestmark = [
     parity.requires_symbolic_cache,
@@ -102,7 +103,7 @@ def _guard_float(k: int, bound: float):
 
 
 def scalar_steps(twin: Twin, rng: random.Random, n: int, repeat: float = 0.35,
-                 pre_guard: int | None = None, clears: bool = True) -> None:
+                 pre_guard: int | None = None, clears: bool = True, equate: float = 0.0) -> None:
     """``pre_guard``: every new tensor's first size gets ``>= pre_guard`` guarded
     right away (the same program with other ranges); ``clears``: whether some
     steps clear the caches (which drops every record)."""
@@ -113,6 +114,9 @@ def scalar_steps(twin: Twin, rng: random.Random, n: int, repeat: float = 0.35,
         if recent and rng.random() < repeat:
             name, fn, handles = rng.choice(recent)
             live.extend(twin.step(0, name, fn, handles))
+            continue
+        if equate and live and rng.random() < equate:
+            equate_step(twin, rng, live)
             continue
         r = rng.random()
         if r < 0.08 or not live:
@@ -166,11 +170,12 @@ def scalar_steps(twin: Twin, rng: random.Random, n: int, repeat: float = 0.35,
 
 @pytest.mark.parametrize("seed", range(4))
 def test_long_random_scalar_sequences(seed):
+    """Odd seeds also check sizes equal in between (replacements in the ShapeEnv)."""
     fastfake.cache_clear()
     fastfake.reset_stats()
     _FLOATS.clear()
     twin = Twin(True)
-    scalar_steps(twin, random.Random(311 + seed), 450)
+    scalar_steps(twin, random.Random(311 + seed), 450, equate=0.05 if seed % 2 else 0.0)
     s = fastfake.stats()
     counts = parity.counters_with_prefix(s, "cache.symbolic.rerun")
     assert s["cache.symbolic.rerun.served_scalar"] >= 10, counts

@@ -78,10 +78,22 @@ def _hint(v) -> int:
     return v.node.hint if isinstance(v, torch.SymInt) else v
 
 
-def view_steps(twin: Twin, rng: random.Random, n: int, repeat: float = 0.0) -> None:
+def equate_step(twin: Twin, rng: random.Random, live: list[int]) -> None:
+    """``torch._check`` that two live tensors' first sizes are equal, for a pair whose
+    hints agree: the ShapeEnv replaces one symbol by the other (or learns nothing)."""
+    pairs = [(a, b) for a in live for b in live
+             if a < b and twin.stock.pool[a].dim() and twin.stock.pool[b].dim()
+             and _hint(twin.stock.pool[a].shape[0]) == _hint(twin.stock.pool[b].shape[0])]
+    if pairs:
+        twin.step(0, "check(size(0) == size(0))",
+                  lambda t, u: torch._check(t.shape[0] == u.shape[0]), list(rng.choice(pairs)))
+
+
+def view_steps(twin: Twin, rng: random.Random, n: int, repeat: float = 0.0, equate: float = 0.0) -> None:
     """``repeat``: the share of steps that redo one of the last ten calls on the same
     values (their fresh intermediates and outputs are new tensors with the same
-    metadata, as each layer of a model calls the same ops)."""
+    metadata, as each layer of a model calls the same ops); ``equate``: the share of
+    steps that check two sizes equal (replacements in the ShapeEnv)."""
     weights: list[int] = []
     live: list[int] = []
     recent: list[tuple] = []
@@ -89,6 +101,9 @@ def view_steps(twin: Twin, rng: random.Random, n: int, repeat: float = 0.0) -> N
         if recent and repeat and rng.random() < repeat:
             name, fn, handles = rng.choice(recent)
             live.extend(twin.step(0, name, fn, handles))
+            continue
+        if equate and rng.random() < equate:
+            equate_step(twin, rng, live)
             continue
         r = rng.random()
         if r < 0.08 or len(live) < 2:
