@@ -85,8 +85,6 @@ c10::SymInt symint_from_node(PyObject* node) {
       py::reinterpret_borrow<py::object>(node))));
 }
 
-// Appends a SymNode: a back-reference if this key has seen the object before,
-// otherwise its interned value id (memoised on the node by fastfake._cache.sym_vid).
 // A SymNode's value id (fastfake._cache.sym_vid, memoised on the node), or -1
 // (no error set).
 long long node_vid(PyObject* node) {
@@ -102,6 +100,8 @@ long long node_vid(PyObject* node) {
   return vid;
 }
 
+// Appends a SymNode: a back-reference if this key has seen the object before,
+// otherwise its interned value id (memoised on the node by fastfake._cache.sym_vid).
 bool push_node(KeyCtx& ctx, PyObject* node, const c10::SymInt* s) {
   for (size_t i = 0; i < ctx.nodes.size(); ++i) {
     if (ctx.nodes[i] == node) {

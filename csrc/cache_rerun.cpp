@@ -42,7 +42,6 @@ namespace {
 
 struct REntry {
   Entry out;
-  std::vector<uint32_t> masks; // per positional argument: memoised values before
   std::vector<Seed> seeds; // what the kernel memoised on its inputs
   uint64_t hits = 0; // stock hits of the kernel's nested calls
   bool scalar = false; // a scalar op's call ("symbolic shape" bypass, a new tensor)
@@ -116,7 +115,7 @@ PyObject* serve(PyObject* mode, PyObject* args, const KeyCtx& ctx, REntry& re) {
     if (fault) break;
     c10::TensorImpl* impl = THPVariable_Unpack(PyTuple_GET_ITEM(args, s.arg)).unsafeGetTensorImpl();
     if (!seed_derived(ctx, impl, *s.values)) {
-      // (masks matched, so the input is symbolic and had none of these memoised)
+      // (the key holds the masks: the input is symbolic and had none of these memoised)
       PyErr_Clear();
       Py_DECREF(out);
       return nullptr;
@@ -140,7 +139,7 @@ void learn(
     PyObject* before,
     const KeyCtx& ctx,
     Key&& rkey,
-    std::vector<uint32_t>&& masks) {
+    const std::vector<uint32_t>& masks) {
   PyObject* argv[6] = {mode, func, args, kwargs != nullptr ? kwargs : Py_None, out, before};
   PyObject* r = PyObject_Vectorcall(g_learn, argv, 6, nullptr);
   if (r == nullptr) {
@@ -161,13 +160,12 @@ void learn(
   }
   re.out.func = func;
   Py_INCREF(func);
-  re.masks = std::move(masks);
   re.scalar = ctx.sym_scalars != 0;
   re.env = re.learned_env = ctx.key.back();
   // `_unsafe_view`: a view; a scalar op: a new tensor
   const OutSpec::Kind kind = re.scalar ? OutSpec::Fresh : OutSpec::View;
   if (!parse_entry(ctx, PyTuple_GET_ITEM(r, 1), re.out) || re.out.outs.size() != 1 ||
-      re.out.outs[0].kind != kind || !seeds_of(ctx, args, re.masks, re.seeds)) {
+      re.out.outs[0].kind != kind || !seeds_of(ctx, args, masks, re.seeds)) {
     PyErr_Clear();
     re.release();
     Py_DECREF(r);
@@ -213,7 +211,6 @@ PyObject* rerun_call(
   }
   Key rkey;
   if (masks_ok) {
-    rkey.reserve(ctx.key.size() + masks.size() + 1);
     rkey = ctx.key;
     rkey.back() = 0; // the ShapeEnv's id: the record's stamp holds it
     rkey.push_back(static_cast<int64_t>(masks.size()));
@@ -237,7 +234,7 @@ PyObject* rerun_call(
   *handled = true;
   PyObject* out = call_stock_dispatch(mode, func, types, args, kwargs);
   if (out != nullptr && before != nullptr && before != Py_None) {
-    learn(mode, func, args, kwargs, out, before, ctx, std::move(rkey), std::move(masks));
+    learn(mode, func, args, kwargs, out, before, ctx, std::move(rkey), masks);
   }
   Py_XDECREF(before);
   return out;

@@ -185,7 +185,7 @@ def portable_size() -> int:
 def setup_rerun(
     before: Callable[[Any, Any, tuple, Any], Any],
     learn: Callable[[Any, Any, tuple, Any, Any, Any], Any],
-    admit: Callable[[Any, Any], bool],
+    admit: Callable[[Any, Any, bool], bool],
     ops: tuple[Any, ...],
     scalar_ops: tuple[Any, ...],
     symfloat_type: type,

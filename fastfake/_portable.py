@@ -141,21 +141,47 @@ def fingerprint(env: Any) -> tuple:
     )
 
 
-def signature(env: Any, symbols: tuple) -> tuple | None:
+def replacement_closure(env: Any, symbols: tuple) -> tuple:
+    """``symbols`` and, transitively, the symbols of their replacements (sorted):
+    static evaluation of an expression over ``symbols`` reads the replacements'
+    symbols too."""
+    replacements = env.replacements
+    out: set = set()
+    todo = list(symbols)
+    while todo:
+        s = todo.pop()
+        if s not in out:
+            out.add(s)
+            r = replacements.get(s)
+            if r is not None:
+                todo.extend(r.free_symbols)
+    return tuple(sorted(out, key=str))
+
+
+def signature(env: Any, symbols: tuple, replaced: bool = False) -> tuple | None:
     """What static evaluation in ``env`` reads about expressions over ``symbols``
-    (sorted), or None if one of them is unbacked or has a replacement."""
+    (sorted), or None if one of them is unbacked or has a replacement.
+
+    ``replaced`` (rerun records, which serve only where the signature was compared):
+    over the symbols' replacement closure instead, each symbol's replacement part
+    of its entry; None only if one of them is unbacked. A portable record refuses
+    replaced symbols."""
+    if replaced:
+        symbols = replacement_closure(env, symbols)
     hints = _compat.backed_hints(env)
     replacements = env.replacements
     ranges = env.var_to_range
     size_like = env.size_like
     per_symbol = []
     for s in symbols:
-        if s in replacements or s not in hints:
+        rep = replacements.get(s)
+        if (rep is not None and not replaced) or s not in hints:
             return None
         r = ranges.get(s)
         if r is None:
             return None
-        per_symbol.append((s, hints[s], r.lower, r.upper, s in size_like))
+        entry = (s, hints[s], r.lower, r.upper, s in size_like)
+        per_symbol.append((*entry, rep) if replaced else entry)
     involved = set(symbols)
     axioms = frozenset(
         (k, v) for k, v in env.axioms.items() if k.free_symbols and k.free_symbols <= involved

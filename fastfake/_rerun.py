@@ -154,57 +154,19 @@ def _scalar_signature(env: Any, symbols: tuple) -> tuple:
     return tuple(out)
 
 
-def _closure(env: Any, symbols: tuple) -> tuple:
-    """``symbols`` and, transitively, the symbols of their replacements (sorted):
-    static evaluation of an expression over ``symbols`` reads the replacements'
-    symbols too."""
-    replacements = env.replacements
-    out: set = set()
-    todo = list(symbols)
-    while todo:
-        s = todo.pop()
-        if s not in out:
-            out.add(s)
-            r = replacements.get(s)
-            if r is not None:
-                todo.extend(r.free_symbols)
-    return tuple(sorted(out, key=str))
-
-
-def _tensor_signature(env: Any, symbols: tuple) -> tuple | None:
-    """What static evaluation in ``env`` reads about expressions over ``symbols``:
-    for each symbol of their replacement closure its hint, replacement, range and
-    size-likeness, and the axioms and divisibility facts over the closure; None if
-    one of them is unbacked or has no range. (:func:`fastfake._portable.signature`
-    refuses replaced symbols: a record there serves another ShapeEnv's first call.)"""
-    closure = _closure(env, symbols)
-    hints = _compat.backed_hints(env)
-    replacements = env.replacements
-    ranges = env.var_to_range
-    size_like = env.size_like
-    per_symbol = []
-    for s in closure:
-        r = ranges.get(s)
-        if s not in hints or r is None:
-            return None
-        per_symbol.append((s, hints[s], replacements.get(s), r.lower, r.upper, s in size_like))
-    involved = set(closure)
-    axioms = frozenset(
-        (k, v) for k, v in env.axioms.items() if k.free_symbols and k.free_symbols <= involved
-    )
-    divisible = frozenset(d for d in env.divisible if d.free_symbols <= involved)
-    return (tuple(per_symbol), axioms, divisible)
-
-
 def _full_signature(env: Any, symbols: tuple, scalar_symbols: tuple) -> tuple | None:
-    sig = _tensor_signature(env, symbols)
+    """The tensors' symbols' signature over their replacement closure
+    (:func:`fastfake._portable.signature`), and the SymFloat's."""
+    sig = _portable.signature(env, symbols, replaced=True)
     if sig is None:
         return None
-    return (sig, _scalar_signature(env, _closure(env, scalar_symbols))) if scalar_symbols else sig
+    if not scalar_symbols:
+        return sig
+    return (sig, _scalar_signature(env, _portable.replacement_closure(env, scalar_symbols)))
 
 
 def _stamp_all(env: Any, symbols: tuple, scalar_symbols: tuple) -> tuple:
-    return stamp(env, _closure(env, symbols + scalar_symbols))
+    return stamp(env, _portable.replacement_closure(env, symbols + scalar_symbols))
 
 
 def _scalar_symbols(func: Any, args: tuple, kwargs: Any) -> tuple | None:
@@ -268,7 +230,7 @@ def learn(mode: Any, func: Any, args: tuple, kwargs: Any, out: Any, state: Any) 
         return None
     found: set = set()
     _cache._collect_symbols((out,), found)
-    if not found <= set(_closure(env, symbols)):
+    if not found <= set(_portable.replacement_closure(env, symbols)):
         _counts["declined.output"] += 1
         return None
     _counts["learned_scalar" if scalar else "learned"] += 1
