@@ -26,7 +26,7 @@ from torch._subclasses._fake_tensor_utils import (
     _SymIntOutputStub,
 )
 
-from . import _C, _compat, _stock_key
+from . import _C, _compat, _free_symbols, _stock_key
 
 # (expr, pytype, hint, constant, fx_node) -> id. Ids are never reused, so a SymNode
 # that memoised its id before a reset still names its own value.
@@ -184,7 +184,7 @@ def _collect_symbols(items, symbols: set) -> None:
     storage offsets and storage sizes, nested lists / tuples."""
     for a in items:
         if isinstance(a, torch.SymInt):
-            symbols.update(a.node._expr.free_symbols)
+            symbols.update(_free_symbols.of(a.node._expr))
         elif isinstance(a, torch.Tensor):
             _collect_symbols(
                 (*a.shape, *a.stride(), a.storage_offset(), a.untyped_storage().nbytes()), symbols
@@ -199,7 +199,7 @@ def _validity(env, args, synths):
     symbols: set = set()
     _collect_symbols(args, symbols)
     _collect_symbols(synths, symbols)
-    ordered = tuple(sorted(symbols, key=str))
+    ordered = _free_symbols.ordered(symbols)
     return ordered, tuple(env.replacements.get(s) for s in ordered)
 
 

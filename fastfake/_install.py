@@ -15,6 +15,7 @@ from . import (
     _compat,
     _convert,
     _detach,
+    _free_symbols,
     _functional,
     _item_memo,
     _portable,
@@ -648,9 +649,10 @@ def selftest_report() -> dict | None:
 
 def cache_clear() -> None:
     """Drop every entry of fastfake's result cache (stock's is untouched;
-    ``FakeTensorMode.cache_clear()`` clears both), and the FunctionalTensor
-    storage sizes memoised per ShapeEnv."""
+    ``FakeTensorMode.cache_clear()`` clears both), the FunctionalTensor
+    storage sizes memoised per ShapeEnv, and the memoised free symbols."""
     _C.cache_clear()
     _C.symnode_memo_clear()
     _C.symnode_expr_clear()
     _functional.clear()
+    _free_symbols.clear()

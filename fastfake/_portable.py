@@ -80,7 +80,7 @@ from torch.fx.experimental.sym_node import SymNode
 
 from torch.utils import _stats as torch_stats
 
-from . import _cache, _compat, _stock_cache, _stock_key
+from . import _cache, _compat, _free_symbols, _stock_cache, _stock_key
 
 _counts: Counter = Counter()
 _NAMES = ("learned", "learned_nested", "served", "served_nested", "impure", "nested",
@@ -154,8 +154,8 @@ def replacement_closure(env: Any, symbols: tuple) -> tuple:
             out.add(s)
             r = replacements.get(s)
             if r is not None:
-                todo.extend(r.free_symbols)
-    return tuple(sorted(out, key=str))
+                todo.extend(_free_symbols.of(r))
+    return _free_symbols.ordered(out)
 
 
 def signature(env: Any, symbols: tuple, replaced: bool = False) -> tuple | None:
@@ -183,10 +183,11 @@ def signature(env: Any, symbols: tuple, replaced: bool = False) -> tuple | None:
         entry = (s, hints[s], r.lower, r.upper, s in size_like)
         per_symbol.append((*entry, rep) if replaced else entry)
     involved = set(symbols)
+    of = _free_symbols.of
     axioms = frozenset(
-        (k, v) for k, v in env.axioms.items() if k.free_symbols and k.free_symbols <= involved
+        (k, v) for k, v in env.axioms.items() if (fs := of(k)) and fs <= involved
     )
-    divisible = frozenset(d for d in env.divisible if d.free_symbols <= involved)
+    divisible = frozenset(d for d in env.divisible if of(d) <= involved)
     return (tuple(per_symbol), axioms, divisible)
 
 
@@ -206,7 +207,7 @@ def _floor_div_state(env: Any) -> tuple[bool, bool]:
 def _symbols(items) -> tuple:
     found: set = set()
     _cache._collect_symbols(items, found)
-    return tuple(sorted(found, key=str))
+    return _free_symbols.ordered(found)
 
 
 def _stock_cache_state(env: Any) -> tuple:

@@ -74,7 +74,7 @@ from typing import Any
 import torch
 from torch._subclasses import fake_tensor as ft
 
-from . import _C, _cache, _compat, _portable, _stock_cache
+from . import _C, _cache, _compat, _free_symbols, _portable, _stock_cache
 
 _counts: Counter = Counter()
 # (served, served_scalar, served_other_env and declined.inputs are counted by the extension)
@@ -184,7 +184,7 @@ def _scalar_symbols(func: Any, args: tuple, kwargs: Any) -> tuple | None:
         return None
     # `_expr`, not `expr`: stock's key raises its bypass at the SymFloat without
     # reading it (reading `expr` would apply replacements)
-    return tuple(sorted(args[1].node._expr.free_symbols, key=str))
+    return _free_symbols.ordered(_free_symbols.of(args[1].node._expr))
 
 
 def before(mode: Any, func: Any, args: tuple, kwargs: Any) -> Any:
