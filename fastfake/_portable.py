@@ -22,7 +22,8 @@ So a portable entry is recorded only when
 * stock *missed* in the learning ShapeEnv A (its kernel ran; the output it
   returned is recorded as the recipe for a miss, next to the recipe of stock's
   hit), the call left A unchanged (:func:`fingerprint` before and after, and the
-  signature below), and it involves only backed symbols without replacements;
+  signature below), and it involves only backed symbols (a replaced symbol
+  brings in its replacement closure, whose replacements the signature holds);
 * if the kernel dispatched other calls (a Python decomposition: ``view`` ->
   ``prims.collapse_view``, ``native_layer_norm`` -> ``var_mean`` -> ``prims.var``,
   ...), every key stock's cache code built for them is known (:func:`key_logger`
@@ -158,30 +159,30 @@ def replacement_closure(env: Any, symbols: tuple) -> tuple:
     return _free_symbols.ordered(out)
 
 
-def signature(env: Any, symbols: tuple, replaced: bool = False) -> tuple | None:
+def signature(env: Any, symbols: tuple) -> tuple | None:
     """What static evaluation in ``env`` reads about expressions over ``symbols``
-    (sorted), or None if one of them is unbacked or has a replacement.
-
-    ``replaced`` (rerun records, which serve only where the signature was compared):
-    over the symbols' replacement closure instead, each symbol's replacement part
-    of its entry; None only if one of them is unbacked. A portable record refuses
-    replaced symbols."""
-    if replaced:
-        symbols = replacement_closure(env, symbols)
+    (sorted), or None if one of them is unbacked or specialised (replaced by a
+    number: stock then treats its SymInts as that number in keys and outputs,
+    which a recipe read off a SymInt output would not): over the symbols'
+    replacement closure (static evaluation of an expression reads its symbols'
+    replacements, and theirs), each symbol's hint, value range, size-likeness and
+    replacement; the axioms and divisibility facts over the closure."""
+    symbols = replacement_closure(env, symbols)
     hints = _compat.backed_hints(env)
     replacements = env.replacements
     ranges = env.var_to_range
     size_like = env.size_like
     per_symbol = []
     for s in symbols:
-        rep = replacements.get(s)
-        if (rep is not None and not replaced) or s not in hints:
+        if s not in hints:
             return None
         r = ranges.get(s)
         if r is None:
             return None
-        entry = (s, hints[s], r.lower, r.upper, s in size_like)
-        per_symbol.append((*entry, rep) if replaced else entry)
+        rep = replacements.get(s)
+        if rep is not None and not _free_symbols.of(rep):
+            return None
+        per_symbol.append((s, hints[s], r.lower, r.upper, s in size_like, rep))
     involved = set(symbols)
     of = _free_symbols.of
     axioms = frozenset(
@@ -451,7 +452,7 @@ def learn(mode: Any, func: Any, args: tuple, kwargs: Any, out: Any, state: Any) 
         _counts["output_type"] += 1
         return None
     described = []
-    involved = set(symbols)
+    involved = {entry[0] for entry in sig[0]}  # the replacement closure
     for info, o in zip(entry.output_infos, outs):
         c = _cache._classify(func, info)
         if isinstance(c, str) or c[0] == "inplace":
@@ -511,7 +512,9 @@ def admit(mode: Any, func: Any, args: tuple, kwargs: Any, record: tuple) -> Any:
     if env.fake_tensor_cache.get(key) is not None:
         _counts["declined.stock_has_entry"] += 1  # stock would hit (or bypass) here
         return None
-    validity = (symbols, tuple(None for _ in symbols))
+    # (the local entry for this ShapeEnv's later calls stays valid while the
+    # closure's replacements are those the signature compared)
+    validity = (tuple(e[0] for e in sig[0]), tuple(e[5] for e in sig[0]))
     return validity, (key, nested)
 
 

@@ -157,7 +157,7 @@ def _scalar_signature(env: Any, symbols: tuple) -> tuple:
 def _full_signature(env: Any, symbols: tuple, scalar_symbols: tuple) -> tuple | None:
     """The tensors' symbols' signature over their replacement closure
     (:func:`fastfake._portable.signature`), and the SymFloat's."""
-    sig = _portable.signature(env, symbols, replaced=True)
+    sig = _portable.signature(env, symbols)
     if sig is None:
         return None
     if not scalar_symbols:

@@ -21,9 +21,10 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import fastfake
 import parity
-from fastfake import _compat, _portable
+from fastfake import _C, _compat, _portable
 from test_cache_symbolic import CASES, _inputs, _mode, _sym, _trace_symbolic, _mlp
 from test_stateful import Twin, random_steps
+from test_symbolic_views_random import view_steps
 
 pytestmark = [
     parity.requires_symbolic_cache,
@@ -266,6 +267,55 @@ def test_long_random_sequences_across_shape_envs(seed):
         random_steps(twin, rng, 120)
     s = fastfake.stats()
     assert s.get("cache.symbolic.portable.served", 0) > 30, parity.counters_with_prefix(s, "cache.symbolic")
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_records_with_replaced_symbols_across_shape_envs(seed):
+    """Programs that check two sizes equal in between (the ShapeEnv replaces one
+    symbol by the other), each run again in new ShapeEnvs with every record kept,
+    stock and fastfake side by side, every step compared: records whose call
+    involves a replaced symbol are served in the later ShapeEnvs, as stock's miss
+    there, over the replacement closure's signature."""
+    served_replaced = []
+
+    def admit(mode, func, args, kwargs, record):
+        ok = _portable.admit(mode, func, args, kwargs, record)
+        if ok is not None and any(mode.shape_env.replacements.get(s) is not None for s in record[0]):
+            served_replaced.append(str(func))
+        return ok
+
+    fastfake.cache_clear()
+    fastfake.reset_stats()
+    fastfake.install()  # (the hooks are set up once per process, at the first install)
+    fastfake.uninstall()
+    _C.setup_portable(_portable.before, _portable.learn, admit, _portable.commit, _portable.log_hit)
+    try:
+        master = random.Random(seed)
+        for _ in range(6):
+            program = master.randrange(2)
+            view_steps(_EpochTwin(random.Random(master.random())), random.Random(2277 + 10 * seed + program),
+                       200, repeat=0.2, equate=0.06)
+    finally:
+        _portable.setup(_C)
+    s = fastfake.stats()
+    assert s.get("cache.symbolic.portable.served", 0) >= 10, parity.counters_with_prefix(s, "cache.symbolic")
+    assert served_replaced, "no record with a replaced symbol was served"
+
+
+def test_specialised_symbol_in_later_shape_envs():
+    """A size checked equal to a number (the ShapeEnv replaces its symbol by the
+    number), then calls on it, in new ShapeEnvs in turn, every step compared with
+    stock: stock's key reads such a SymInt as the number while its kernel's output
+    keeps the SymInt, so no record involving it may serve (found by the random
+    programs: a served ``detach`` returned the number)."""
+    fastfake.cache_clear()
+    for _ in range(3):
+        twin = Twin(True)
+        h = twin.new(0, (2, 3, 4), None, torch.float32, "cpu", False)
+        twin.step(0, "check(size(0) == 2)", lambda t: torch._check(t.shape[0] == 2), [h])
+        for name, fn in (("detach", torch.Tensor.detach), ("clone", torch.Tensor.clone),
+                         ("mul", lambda t: t * 2), ("transpose", lambda t: t.transpose(0, 1))):
+            twin.step(0, name, fn, [h])
 
 
 def test_micro_first_call_rows_are_served_first_calls():

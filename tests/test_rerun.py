@@ -78,6 +78,8 @@ def test_long_random_rerun_sequences_with_replacements(seed):
 
     fastfake.cache_clear()
     fastfake.reset_stats()
+    fastfake.install()  # (the hooks are set up once per process, at the first install)
+    fastfake.uninstall()
     _C.setup_rerun(_rerun.before, _rerun.learn, admit, tuple(_rerun.OPS), _rerun.SCALAR_OPS, torch.SymFloat)
     try:
         view_steps(Twin(True), random.Random(1177 + seed), 400, repeat=0.3, equate=0.04)
