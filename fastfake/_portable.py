@@ -192,6 +192,12 @@ def signature(env: Any, symbols: tuple) -> tuple | None:
     return (tuple(per_symbol), axioms, divisible)
 
 
+def signature_symbols(sig: tuple) -> tuple:
+    """The symbols a :func:`signature` covers: the replacement closure it was taken
+    over (sorted)."""
+    return tuple(entry[0] for entry in sig[0])
+
+
 def _floor_div_state(env: Any) -> tuple[bool, bool]:
     """(pending floor-division resimplification, whether it would change anything).
     The first static evaluation after a change of ``divisible`` resimplifies the
@@ -452,7 +458,7 @@ def learn(mode: Any, func: Any, args: tuple, kwargs: Any, out: Any, state: Any) 
         _counts["output_type"] += 1
         return None
     described = []
-    involved = {entry[0] for entry in sig[0]}  # the replacement closure
+    involved = set(signature_symbols(sig))
     for info, o in zip(entry.output_infos, outs):
         c = _cache._classify(func, info)
         if isinstance(c, str) or c[0] == "inplace":
@@ -514,7 +520,7 @@ def admit(mode: Any, func: Any, args: tuple, kwargs: Any, record: tuple) -> Any:
         return None
     # (the local entry for this ShapeEnv's later calls stays valid while the
     # closure's replacements are those the signature compared)
-    validity = (tuple(e[0] for e in sig[0]), tuple(e[5] for e in sig[0]))
+    validity = (signature_symbols(sig), tuple(e[5] for e in sig[0]))
     return validity, (key, nested)
 
 

@@ -143,7 +143,7 @@ def stamp(env: Any, symbols: tuple) -> tuple:
 
 def _scalar_signature(env: Any, symbols: tuple) -> tuple:
     """What static evaluation reads about a SymFloat's symbols: hint, replacement,
-    range (any of them may be unbacked or replaced; the tensor's may not)."""
+    range (any of them may be unbacked or specialised; the tensor's may not)."""
     hints = _compat.backed_hints(env)
     ranges = env.var_to_range
     out = []
@@ -165,8 +165,19 @@ def _full_signature(env: Any, symbols: tuple, scalar_symbols: tuple) -> tuple | 
     return (sig, _scalar_signature(env, _portable.replacement_closure(env, scalar_symbols)))
 
 
-def _stamp_all(env: Any, symbols: tuple, scalar_symbols: tuple) -> tuple:
-    return stamp(env, _portable.replacement_closure(env, symbols + scalar_symbols))
+def _tensor_signature(sig: tuple, scalar_symbols: tuple) -> tuple:
+    """The tensors' part of a :func:`_full_signature`."""
+    return sig[0] if scalar_symbols else sig
+
+
+def _stamp_all(env: Any, sig: tuple, scalar_symbols: tuple) -> tuple:
+    """:func:`stamp` over the symbols ``sig`` covers (the tensors' replacement
+    closure, then the SymFloat's): while the fingerprint in the stamp stays, so do
+    the replacements, and with them the closure the signature was taken over."""
+    symbols = _portable.signature_symbols(_tensor_signature(sig, scalar_symbols))
+    if scalar_symbols:
+        symbols += tuple(entry[0] for entry in sig[1])
+    return stamp(env, symbols)
 
 
 def _scalar_symbols(func: Any, args: tuple, kwargs: Any) -> tuple | None:
@@ -230,11 +241,11 @@ def learn(mode: Any, func: Any, args: tuple, kwargs: Any, out: Any, state: Any) 
         return None
     found: set = set()
     _cache._collect_symbols((out,), found)
-    if not found <= set(_portable.replacement_closure(env, symbols)):
+    if not found <= set(_portable.signature_symbols(_tensor_signature(sig, scalar_symbols))):
         _counts["declined.output"] += 1
         return None
     _counts["learned_scalar" if scalar else "learned"] += 1
-    record = ((symbols, scalar_symbols), sig, [_stamp_all(env, symbols, scalar_symbols)], h2 - hits)
+    record = ((symbols, scalar_symbols), sig, [_stamp_all(env, sig, scalar_symbols)], h2 - hits)
     return record, (False, [("tensor_sym", out, -1 if scalar else 0)], None)
 
 
@@ -248,7 +259,7 @@ def admit(mode: Any, record: tuple, same_env: bool) -> bool:
     if env._resimplify_floor_div_axioms:
         _counts["declined.shape_env"] += 1
         return False
-    st = _stamp_all(env, symbols, scalar_symbols)
+    st = _stamp_all(env, sig, scalar_symbols)
     if same_env and st == last[0]:
         return True
     if _full_signature(env, symbols, scalar_symbols) != sig:
