@@ -15,6 +15,7 @@
 // answer: fastfake/_portable.py. Bounded; cleared with the result cache.
 #include "cache_internal.h"
 #include "portable.h"
+#include "portable_fast.h"
 
 #include <torch/csrc/autograd/python_variable.h>
 
@@ -32,10 +33,13 @@ struct PEntry {
   std::vector<uint32_t> masks; // the derived values each argument had memoised
   std::vector<Seed> seeds; // what stock's kernel memoised on its arguments
   PyObject* record = nullptr; // owned, opaque (fastfake._portable)
+  // admitted and committed in C++ (cache_portable_fast.cpp), or by fastfake._portable
+  std::shared_ptr<FastRecord> fast;
   void release() {
     hit.release();
     miss.release();
     Py_CLEAR(record);
+    fast.reset();
   }
 };
 
@@ -179,7 +183,7 @@ void portable_learn(
     PyErr_Clear();
     return;
   }
-  if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 2) {
+  if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 3) {
     Py_DECREF(r);
     return;
   }
@@ -201,7 +205,8 @@ void portable_learn(
   pe.seeds = std::move(seeds);
   pe.record = PyTuple_GET_ITEM(r, 0);
   Py_INCREF(pe.record);
-  Py_DECREF(r);
+  if (PyTuple_GET_ITEM(r, 2) != Py_None) pe.fast = fast_parse(ctx, PyTuple_GET_ITEM(r, 2));
+  Py_DECREF(r); // (drops the fast form's keys, which hold this ShapeEnv's SymNodes)
   if (g_portable.size() >= kMaxPortable) {
     portable_clear();
   }
@@ -213,6 +218,57 @@ void portable_learn(
   }
   g_portable.emplace(std::move(pk), std::move(pe));
 }
+
+namespace {
+
+// A first call admitted (or declined) in C++: the miss recipe's outputs, the
+// arguments' derived values seeded, stock's entries stored.
+PyObject* serve_fast(
+    PyObject* mode,
+    PyObject* func,
+    PyObject* args,
+    PyObject* kwargs,
+    const KeyCtx& ctx,
+    PEntry& pe,
+    bool admitted,
+    const std::vector<PyObject*>& keys) {
+  if (!fast_verify(mode, func, args, kwargs, pe.record, admitted, keys)) {
+    return nullptr; // (a test's check failed: stock computes the call)
+  }
+  if (!admitted) return nullptr;
+  const bool fault = g_inject_fault > 0;
+  if (fault) --g_inject_fault;
+  PyObject* out = rebuild(mode, args, ctx, fault ? pe.hit : pe.miss);
+  if (out == nullptr) {
+    PyErr_Clear();
+    return nullptr; // stock computes it
+  }
+  for (const Seed& sd : pe.seeds) {
+    c10::TensorImpl* impl = THPVariable_Unpack(PyTuple_GET_ITEM(args, sd.arg)).unsafeGetTensorImpl();
+    if (!seed_derived(ctx, impl, *sd.values)) {
+      PyErr_Clear();
+      Py_DECREF(out);
+      return nullptr;
+    }
+  }
+  // (as fastfake._portable.commit: nothing stored under fastfake's crosscheck,
+  // whose verifying stock call is that miss)
+  if (!fast_commit(ctx, *pe.fast, keys, !g_config.crosscheck, g_stock_counts.enabled)) {
+    PyErr_Clear();
+    Py_DECREF(out);
+    return nullptr;
+  }
+  Entry local = clone(pe.hit);
+  Py_XSETREF(local.validity, Py_NewRef(pe.fast->validity));
+  local.env_version = replacements_version(ctx.shape_env);
+  if (!g_config.crosscheck && g_stock_counts.enabled && !g_stock_counts.non_fake_call) {
+    ++g_stock_counts.misses; // stock's miss; its entry went to the ShapeEnv's cache
+  }
+  store(Key(ctx.key), std::move(local));
+  return out;
+}
+
+} // namespace
 
 PyObject* portable_serve(
     PyObject* mode,
@@ -229,6 +285,15 @@ PyObject* portable_serve(
     PyErr_Clear();
     ++g_memo_declined;
     return nullptr;
+  }
+  if (pe.fast && fast_enabled()) {
+    std::vector<PyObject*> keys;
+    const FastAdmit a = fast_admit(ctx, *pe.fast, keys);
+    if (a != FastAdmit::Python) {
+      PyObject* r = serve_fast(mode, func, args, kwargs, ctx, pe, a == FastAdmit::Admit, keys);
+      for (PyObject* k : keys) Py_DECREF(k);
+      return r;
+    }
   }
   PyObject* argv[5] = {mode, func, args, kwargs != nullptr ? kwargs : Py_None, pe.record};
   PyObject* adm = PyObject_Vectorcall(g_admit, argv, 5, nullptr);

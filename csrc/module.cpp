@@ -2,6 +2,7 @@
 #include "compat.h"
 #include "fastfake.h"
 #include "portable.h"
+#include "portable_fast.h"
 #include "stock_key.h"
 #include "rerun.h"
 #include "item_memo.h"
@@ -303,6 +304,36 @@ PYBIND11_MODULE(_C, m) {
     portable_set_memo_counts(refused, declined);
   });
   m.def(
+      "setup_portable_fast",
+      [](py::handle refs, py::handle hints_attr) { portable_fast_setup(refs.ptr(), hints_attr.ptr()); },
+      "Bind what portable records admitted in C++ need: (_PySymInputStub, "
+      "_DeconstructedSymType, _DispatchCacheKey, _DispatchCacheBypassEntry, "
+      "_DeconstructedSymNode.from_node, fastfake._free_symbols.of, FakeTensorMode, "
+      "fastfake._portable._KEY_LOG, fastfake._portable._OPEN) and "
+      "the name of the ShapeEnv's backed hints.");
+  m.def(
+      "set_portable_fast",
+      [](bool on) { return portable_fast_set(on); },
+      "Admit and commit portable records in C++ (else in fastfake._portable); returns "
+      "the previous setting.");
+  m.def(
+      "portable_fast_verifier",
+      [](py::handle fn) { portable_fast_set_verifier(fn.ptr()); },
+      "Testing: fn(mode, func, args, kwargs, record, admitted, own_key) on every "
+      "decision made in C++ (None: none).");
+  m.def(
+      "portable_fast_counts",
+      []() { return portable_fast_counts(); },
+      "[(name, n)]: portable first calls served / declined by the C++ admission, and "
+      "left to fastfake._portable ('python').");
+  m.def("portable_fast_set_counts", [](const std::vector<std::pair<std::string, uint64_t>>& c) {
+    portable_fast_set_counts(c);
+  });
+  m.def(
+      "portable_fast_clear_memo",
+      []() { portable_fast_clear_memo(); },
+      "Drop the C++ admission's memoised free symbols.");
+  m.def(
       "portable_size",
       []() { return portable_size(); },
       "Number of recorded symbolic entries other ShapeEnvs may reuse.");
@@ -451,6 +482,8 @@ PYBIND11_MODULE(_C, m) {
           g_config.inject_convert_fault = n;
         } else if (kind == "portable") {
           portable_inject_fault(n);
+        } else if (kind == "portable_admit" || kind == "portable_commit") {
+          portable_fast_inject_fault(n, kind == "portable_commit");
         } else if (kind == "rerun") {
           rerun_inject_fault(n, false);
         } else if (kind == "rerun_scalar") {
@@ -465,7 +498,8 @@ PYBIND11_MODULE(_C, m) {
           item_memo_inject_fault(n);
         } else {
           throw py::value_error(
-              "_inject_fault: kind is 'dtype', 'device', 'convert', 'portable', 'rerun', "
+              "_inject_fault: kind is 'dtype', 'device', 'convert', 'portable', 'portable_admit', "
+              "'portable_commit', 'rerun', "
               "'symnode', 'symnode_expr', 'symnode_int' or 'item_memo'");
         }
       },
@@ -474,6 +508,8 @@ PYBIND11_MODULE(_C, m) {
       "Testing only: give the next n fast results a wrong dtype, or store a wrong "
       "device on the next n FakeTensors built, or leave requires_grad unset on the next "
       "n conversions, or serve the next n portable entries from stock's hit recipe, or "
+      "skip the signature comparison in the next n portable admissions made in C++ (or the "
+      "nested entries and counts in the next n commits), or "
       "leave the inputs of the next n served rerun calls without the kernel's memoised values, "
       "or give the next n SymNodes served from the memo the other optimized-summation flag, "
       "or answer the next n SymNode.expr reads after a replacement with the unreplaced _expr, "

@@ -117,7 +117,7 @@ def setup_portable(
     (and notes the derived values -- numel, contiguity -- each argument has
     memoised); if stock missed and no output holds an argument's memoised value,
     ``learn(mode, func, args, kwargs, out, snapshot)``
-    returns ``(record, miss_description)`` to record (the key with the ShapeEnv id
+    returns ``(record, miss_description, fast_form)`` to record (the key with the ShapeEnv id
     replaced by 0, the hit and miss recipes; the record also describes the calls
     the kernel dispatched, if it can replay them). A first call in another
     ShapeEnv with that key, whose arguments have memoised the same derived values,
@@ -129,7 +129,43 @@ def setup_portable(
     local entry. While a miss is being recorded, a hit of the result cache inside
     its kernel calls ``log_hit(mode, func, args, kwargs)`` (stock's key for the call
     into the record's log), and the elementwise path and the negative entries'
-    shortcuts leave the calls to stock."""
+    shortcuts leave the calls to stock. A record with a fast form
+    (``fastfake._portable._fast_form``) is admitted and committed in C++
+    (csrc/cache_portable_fast.cpp) with the same decisions and effects; ``admit`` /
+    ``commit`` then run only where the C++ admission leaves the call to them."""
+
+def setup_portable_fast(refs: tuple, hints_attr: str) -> None:
+    """Bind what the C++ admission of portable records needs: ``(_PySymInputStub,
+    _DeconstructedSymType, _DispatchCacheKey, _DispatchCacheBypassEntry,
+    _DeconstructedSymNode.from_node, fastfake._free_symbols.of, FakeTensorMode,
+    fastfake._portable._KEY_LOG, fastfake._portable._OPEN)`` and the name of the
+    ShapeEnv's backed hints (``fastfake._compat.backed_hints_attr``). The C++
+    admission stays off unless the three key classes have the slots it writes."""
+
+def set_portable_fast(on: bool) -> bool:
+    """Admit and commit portable records in C++ (else every first call goes through
+    ``fastfake._portable.admit`` / ``commit``); returns the previous setting."""
+
+def portable_fast_verifier(fn: Callable[[Any, Any, tuple, Any, Any, bool, tuple], None] | None) -> None:
+    """Testing: ``fn(mode, func, args, kwargs, record, admitted, keys)`` on every
+    decision the C++ admission makes, before anything is stored (``keys``: the
+    nested calls' stock keys built for this ShapeEnv, then the call's own). If it
+    raises, the error is printed and the call goes to stock."""
+
+def portable_fast_counts() -> list[tuple[str, int]]:
+    """``[(name, n)]``: first calls the C++ admission served (``served``,
+    ``served_nested``), declined (``declined.shape_env``,
+    ``declined.stock_has_entry``, ``declined.stock_lacks_entry``) and left to
+    ``fastfake._portable`` (``python``); ``stats()`` adds them to the
+    ``cache.symbolic.portable.*`` counters of the same names
+    (``admitted_python`` for the last)."""
+
+def portable_fast_set_counts(counts: list[tuple[str, int]]) -> None:
+    """Set the counts of :func:`portable_fast_counts` (missing names: 0)."""
+
+def portable_fast_clear_memo() -> None:
+    """Drop the C++ admission's free symbols, memoised by expression identity
+    (``fastfake._free_symbols.clear()`` calls it)."""
 
 def portable_memo_counts() -> tuple[int, int]:
     """``(refused, declined)``: calls not recorded because an output holds a
@@ -428,7 +464,10 @@ def _inject_fault(n: int, kind: str = "dtype") -> None:
     another release gives); ``kind="convert"``: the next ``n`` conversions by
     :func:`convert_real` leave ``requires_grad`` unset; ``kind="portable"``: the
     next ``n`` calls served from another ShapeEnv's entry are rebuilt from stock's
-    hit recipe instead of its miss recipe; ``kind="rerun"``: the next ``n`` served
+    hit recipe instead of its miss recipe; ``kind="portable_admit"``: the next ``n``
+    admissions made in C++ skip the signature comparison; ``kind="portable_commit"``:
+    the next ``n`` commits made in C++ skip the nested calls' entries and counts;
+    ``kind="rerun"``: the next ``n`` served
     repeats of ``_unsafe_view`` leave their inputs without the values the kernel
     memoised on them; ``kind="rerun_scalar"``: the same for served repeats of
     pointwise calls with a SymFloat; ``kind="symnode"``: the next ``n`` SymNodes served from

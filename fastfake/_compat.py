@@ -225,6 +225,14 @@ def backed_hints(env) -> dict:
 
 
 @functools.cache
+def backed_hints_attr() -> str:
+    """The name of the ShapeEnv attribute :func:`backed_hints` reads."""
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    return "backed_var_to_val" if getattr(ShapeEnv(), "backed_var_to_val", None) is not None else "var_to_val"
+
+
+@functools.cache
 def portable_entries_known() -> bool:
     """Whether this release's ShapeEnv has every piece of state fastfake._portable
     compares (its static evaluation reads them), and stock's cache stores symbolic

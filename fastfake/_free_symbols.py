@@ -40,7 +40,10 @@ def ordered(symbols: Iterable) -> tuple:
 
 
 def clear() -> None:
+    from . import _C
+
     _MEMO.clear()
+    _C.portable_fast_clear_memo()  # (the C++ admission's, csrc/cache_portable_fast.cpp)
 
 
 def size() -> int:

@@ -93,7 +93,11 @@ def counters() -> dict[str, int]:
     from . import _C
 
     refused, declined = _C.portable_memo_counts()
-    out = {f"cache.symbolic.portable.{k}": _counts[k] for k in _NAMES}
+    # (first calls admitted or declined in C++, csrc/cache_portable_fast.cpp, count
+    # under the same names; "admitted_python": those left to admit() here)
+    fast = dict(_C.portable_fast_counts())
+    out = {f"cache.symbolic.portable.{k}": _counts[k] + fast.get(k, 0) for k in _NAMES}
+    out["cache.symbolic.portable.admitted_python"] = fast.get("python", 0)
     # (counted by the extension: the derived values -- numel, contiguity -- the
     # arguments had memoised; cache_portable.cpp)
     out["cache.symbolic.portable.input_memo"] = refused
@@ -106,12 +110,13 @@ def reset_counters() -> None:
 
     _counts.clear()
     _C.portable_set_memo_counts(0, 0)
+    _C.portable_fast_set_counts([])
 
 
 def saved_counters() -> tuple:
     from . import _C
 
-    return Counter(_counts), _C.portable_memo_counts()
+    return Counter(_counts), _C.portable_memo_counts(), _C.portable_fast_counts()
 
 
 def restore_counters(saved: tuple) -> None:
@@ -120,6 +125,7 @@ def restore_counters(saved: tuple) -> None:
     _counts.clear()
     _counts.update(saved[0])
     _C.portable_set_memo_counts(*saved[1])
+    _C.portable_fast_set_counts(saved[2])
 
 
 def fingerprint(env: Any) -> tuple:
@@ -358,11 +364,12 @@ def key_logger(original: Any) -> Any:
     return _cache_key
 
 
-def _nested(env: Any, state: tuple, entry: Any, logged: list) -> tuple | None:
+def _nested(env: Any, state: tuple, entry: Any, logged: list, stored_keys: list) -> tuple | None:
     """What the nested calls of stock's miss did, as ``(stored, found, misses, hits,
     bypasses, calls)`` (``()`` for a kernel that dispatched nothing and counted
     nothing but its own call), or None if it cannot be replayed (the module's
-    docstring says when)."""
+    docstring says when). ``stored_keys`` receives the keys of the nested entries
+    stock stored, as it stored them (for :func:`_fast_form`)."""
     hits, misses, bypasses, static, held, calls = state
     now = _stock_cache_state(env)
     if now[3] != static or not logged or logged[0][0] is None:
@@ -405,6 +412,7 @@ def _nested(env: Any, state: tuple, entry: Any, logged: list) -> tuple | None:
         if items is None:
             return None
         nested_stored.append((items, e))
+        stored_keys.append(k)
     nested_misses = now[1] - misses - 1
     bypass_delta = _delta(now[2], bypasses)
     # (stock's own count of this call is in there: the call itself is counted
@@ -426,16 +434,18 @@ def _nested(env: Any, state: tuple, entry: Any, logged: list) -> tuple | None:
 
 
 def learn(mode: Any, func: Any, args: tuple, kwargs: Any, out: Any, state: Any) -> Any:
-    """After stock missed and a symbolic entry was learned: ``(record, miss)`` if the
-    call can serve other ShapeEnvs, else None. ``miss`` describes the outputs stock's
-    miss returned, in ``fastfake._cache.learn``'s format."""
+    """After stock missed and a symbolic entry was learned: ``(record, miss, fast)``
+    if the call can serve other ShapeEnvs, else None. ``miss`` describes the outputs
+    stock's miss returned, in ``fastfake._cache.learn``'s format; ``fast`` is
+    :func:`_fast_form`'s (or None)."""
     fp, symbols, sig, stock_state, (pending, effective), frame = state
     logged = frame.close()
     env = mode.shape_env
     last = _cache.take_last_symbolic()
     if last is None or sig is None:
         return None
-    nested = _nested(env, stock_state, last, logged)
+    stored_keys: list = []
+    nested = _nested(env, stock_state, last, logged, stored_keys)
     if nested is None:
         # a nested call was answered from a cache (or went where a replay cannot
         # follow): serving the call alone would not do what stock's miss does
@@ -482,7 +492,47 @@ def learn(mode: Any, func: Any, args: tuple, kwargs: Any, out: Any, state: Any) 
     _counts["learned"] += 1
     if nested and (nested[0] or nested[1] or nested[4]):
         _counts["learned_nested"] += 1  # with nested calls' entries, lookups or bypasses
-    return (symbols, sig, entry, pending, flips, nested), (entry.is_output_tuple, described, None)
+    record = (symbols, sig, entry, pending, flips, nested)
+    fast = _fast_form(sig, pending, flips, logged[0][0], entry, nested, stored_keys)
+    return record, (entry.is_output_tuple, described, None), fast
+
+
+def _lookup_key(items: tuple) -> Any:
+    """A key with a recorded key's items (:func:`_detached_key`), each SymInt stub
+    holding its ShapeEnv-free ``_DeconstructedSymNode``: it hashes and compares as
+    the key stock builds for the same call in any ShapeEnv (stubs compare by
+    ``_value_eq`` / ``_value_hash``), so it looks that key up in any ShapeEnv's
+    cache."""
+    out = []
+    for v in items:
+        if type(v) is tuple and len(v) == 2 and type(v[1]) is _DeconstructedSymNode:
+            v = _PySymInputStub(_DeconstructedSymType(v[0], v[1]))
+        out.append(v)
+    return ft._DispatchCacheKey(tuple(out))
+
+
+def _fast_form(sig: tuple, pending: bool, flips: bool, own_key: Any, entry: Any, nested: tuple,
+               stored_keys: list) -> tuple:
+    """What the extension needs to admit and commit a record itself
+    (csrc/cache_portable_fast.cpp), the same decisions and effects as
+    :func:`admit` and :func:`commit`: the signature's parts, the local entry's
+    validity, the keys stock stored in the learning ShapeEnv (the call's own and
+    its nested calls', as stock stored them: the extension turns each into a
+    template whose SymInt stubs take the serving call's argument SymNodes, or a
+    new SymNode with the recorded value where stock's nested call had one of its
+    own, and drops them), ShapeEnv-free keys for the lookups the nested calls
+    made, the counts, stock's own entry, and the floor-division resimplification
+    state (pending where learned; cleared by the call)."""
+    if nested:
+        _stored, found, misses, hits, bypasses, calls = nested
+        stored = tuple(zip(stored_keys, (e for _, e in _stored)))
+        found = tuple((_lookup_key(items), reason, on_env) for items, reason, on_env in found)
+    else:
+        stored, found, misses, hits, bypasses, calls = (), (), 0, 0, (), ()
+    validity = (signature_symbols(sig), tuple(e[5] for e in sig[0]))
+    counted_nested = bool(nested and (nested[0] or nested[1] or nested[4]))
+    return (sig[0], sig[1], sig[2], validity, own_key, stored, found, misses, hits,
+            bypasses, calls, entry, counted_nested, pending, flips)
 
 
 def admit(mode: Any, func: Any, args: tuple, kwargs: Any, record: tuple) -> Any:
@@ -582,3 +632,8 @@ def log_hit(mode: Any, func: Any, args: tuple, kwargs: Any) -> None:
 
 def setup(C: Any) -> None:
     C.setup_portable(before, learn, admit, commit, log_hit)
+    C.setup_portable_fast(
+        (_PySymInputStub, _DeconstructedSymType, ft._DispatchCacheKey, ft._DispatchCacheBypassEntry,
+         _DeconstructedSymNode.from_node, _free_symbols.of, ft.FakeTensorMode, _KEY_LOG, _OPEN),
+        _compat.backed_hints_attr(),
+    )

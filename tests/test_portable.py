@@ -289,6 +289,9 @@ def test_records_with_replaced_symbols_across_shape_envs(seed):
     fastfake.install()  # (the hooks are set up once per process, at the first install)
     fastfake.uninstall()
     _C.setup_portable(_portable.before, _portable.learn, admit, _portable.commit, _portable.log_hit)
+    # (the admission in fastfake._portable: the C++ one is compared with it over
+    # these programs in tests/test_portable_fast.py)
+    fast = _C.set_portable_fast(False)
     try:
         master = random.Random(seed)
         for _ in range(6):
@@ -297,6 +300,7 @@ def test_records_with_replaced_symbols_across_shape_envs(seed):
                        200, repeat=0.2, equate=0.06)
     finally:
         _portable.setup(_C)
+        _C.set_portable_fast(fast)
     s = fastfake.stats()
     assert s.get("cache.symbolic.portable.served", 0) >= 10, parity.counters_with_prefix(s, "cache.symbolic")
     assert served_replaced, "no record with a replaced symbol was served"

@@ -193,9 +193,12 @@ def test_random_programs_across_shape_envs(seed):
     assert s["cache.symbolic.portable.declined.shape_env"] >= 1, parity.counters_with_prefix(s, "cache.symbolic.portable")
 
 
-def test_a_replay_that_skips_the_nested_calls_is_caught():
+@pytest.mark.parametrize("side", ["python", "c++"])
+def test_a_replay_that_skips_the_nested_calls_is_caught(side):
     """The comparison can fail: served without storing the nested calls' entries
-    (and without their counts), stock's cache and counters differ."""
+    (and without their counts), stock's cache and counters differ -- whether
+    fastfake._portable.commit or the extension's commit (csrc/cache_portable_fast.cpp)
+    skips them."""
     real_commit = _portable.commit
 
     def broken(mode, keys, record, store, count=True):
@@ -204,12 +207,20 @@ def test_a_replay_that_skips_the_nested_calls_is_caught():
 
     fastfake.cache_clear()
     stock = _run_world(False, 0, epochs=3, steps=40)
-    fastfake._C.setup_portable(_portable.before, _portable.learn, _portable.admit, broken, _portable.log_hit)
+    if side == "python":
+        fast_on = fastfake._C.set_portable_fast(False)
+        fastfake._C.setup_portable(_portable.before, _portable.learn, _portable.admit, broken, _portable.log_hit)
+    else:
+        fastfake._C._inject_fault(100000, "portable_commit")
     try:
         fastfake.reset_stats()
         fast = _run_world(True, 0, epochs=3, steps=40)
     finally:
-        fastfake._C.setup_portable(_portable.before, _portable.learn, _portable.admit, real_commit, _portable.log_hit)
+        if side == "python":
+            fastfake._C.setup_portable(_portable.before, _portable.learn, _portable.admit, real_commit, _portable.log_hit)
+            fastfake._C.set_portable_fast(fast_on)
+        else:
+            fastfake._C._inject_fault(0, "portable_commit")
         fastfake.cache_clear()
     s = fastfake.stats()
     assert s["cache.symbolic.portable.learned_nested"] >= 1 and s["cache.symbolic.portable.served"] >= 1

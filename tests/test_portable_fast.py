@@ -1,0 +1,169 @@
+"""Portable records admitted and committed in C++ (csrc/cache_portable_fast.cpp).
+
+Every decision the extension makes is checked, as it is made, against
+fastfake._portable.admit on the same call in the same state (the reference the
+C++ admission must equal) and against stock's own key builder: an admitted
+call's key must equal and hash as the key stock builds for it, its SymInt stubs
+holding the very argument SymNodes stock's do, and its nested calls' keys must
+equal the ones fastfake._portable binds. The programs are the long random
+sequences of tests/test_portable.py (stock and fastfake side by side, every
+step compared), so the records' learned state is exercised over many
+ShapeEnvs; a fault that skips the signature comparison must be caught.
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from torch._subclasses._fake_tensor_utils import _PySymInputStub
+
+import fastfake
+import parity
+from fastfake import _C, _compat, _portable, _stock_key
+from test_cache_symbolic import _inputs, _mode
+from test_portable import _EpochTwin, _guarded_program, _program
+from test_stateful import random_steps
+from test_symbolic_views_random import view_steps
+
+pytestmark = [
+    parity.requires_symbolic_cache,
+    pytest.mark.skipif(not _compat.portable_entries_known(), reason="no portable entries on this release"),
+]
+
+
+class Verifier:
+    """The C++ admission's decisions compared with fastfake._portable's."""
+
+    def __init__(self) -> None:
+        self.admitted = 0
+        self.declined = 0
+        self.replaced = 0  # admitted over a symbol the ShapeEnv replaced
+        self.nested = 0  # admitted with nested calls' keys
+        self.failures: list[str] = []
+
+    def __call__(self, mode, func, args, kwargs, record, admitted, keys) -> None:
+        saved = _portable.saved_counters(), _stock_key.saved_counters()
+        try:
+            ref = _portable.admit(mode, func, args, kwargs if kwargs is not None else {}, record)
+            stock_key, _ = _stock_key.key_only(mode, func, args, kwargs)
+        finally:
+            _portable.restore_counters(saved[0])
+            _stock_key.restore_counters(saved[1])
+        try:
+            self._check(func, ref, admitted, keys, stock_key, record, mode.shape_env)
+        except AssertionError as e:
+            self.failures.append(f"{func}: {e}")
+
+    def _check(self, func, ref, admitted, keys, stock_key, record, env) -> None:
+        assert (ref is not None) == admitted, f"C++ admitted={admitted}, fastfake._portable {ref is not None}"
+        if not admitted:
+            self.declined += 1
+            return
+        self.admitted += 1
+        if any(env.replacements.get(s) is not None for s in record[0]):
+            self.replaced += 1
+        own = keys[-1]
+        ref_key, ref_nested = ref[1]
+        for theirs in (stock_key, ref_key):
+            assert own == theirs and hash(own) == hash(theirs) == own.hashvalue, (own, theirs)
+        for a, b in zip(own.key, stock_key.key, strict=True):
+            if type(b) is _PySymInputStub and isinstance(b.value, torch.SymInt):
+                # stock stores its lookup key, stripped: the stub then holds the
+                # argument's own SymNode
+                assert type(a) is _PySymInputStub and a.value.node is b.value.node, (a, b)
+                assert a.value.ty is type(b.value)
+            else:
+                assert type(a) is type(b) and a == b, (a, b)
+        stored = ref_nested[0] if ref_nested else ()
+        assert len(keys) == len(stored) + 1, (keys, stored)
+        for k, (bound, _entry) in zip(keys, stored):
+            assert k == bound and hash(k) == hash(bound), (k, bound)
+        if stored:
+            self.nested += 1
+
+
+@pytest.fixture
+def verifier():
+    fastfake.install()  # (the hooks are set up once per process, at the first install)
+    fastfake.uninstall()
+    v = Verifier()
+    _C.portable_fast_verifier(v)
+    try:
+        yield v
+    finally:
+        _C.portable_fast_verifier(None)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_admission_equals_python_over_random_sequences(verifier, seed):
+    """Epochs of seeded random programs in new ShapeEnvs (tests/test_portable.py's
+    long random sequences): every decision equals fastfake._portable.admit's and
+    every admitted key equals stock's."""
+    fastfake.cache_clear()
+    fastfake.reset_stats()
+    master = random.Random(seed)
+    for epoch in range(10):
+        twin = _EpochTwin(random.Random(master.random()))
+        program = master.randrange(3)
+        rng = random.Random(9000 + 10 * seed + program)
+        random_steps(twin, rng, 120)
+        if master.random() < 0.3 and twin.stock.pool:
+            bound = 500 + epoch % 2
+            twin.step(0, "guard", lambda t: torch._check(t.shape[0] < bound), [0])
+        random_steps(twin, rng, 120)
+    assert not verifier.failures, verifier.failures[:5]
+    assert verifier.admitted > 30 and verifier.nested > 0, vars(verifier)
+    s = fastfake.stats()
+    assert s["cache.symbolic.portable.admitted_python"] < verifier.admitted, s
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_admission_equals_python_with_replaced_symbols(verifier, seed):
+    """The symbolic-views programs that check two sizes equal in between (the
+    ShapeEnv replaces one symbol by the other): the closure signature decided in
+    C++ equals fastfake._portable's, records over replaced symbols included."""
+    fastfake.cache_clear()
+    master = random.Random(seed)
+    for _ in range(6):
+        program = master.randrange(2)
+        view_steps(_EpochTwin(random.Random(master.random())), random.Random(2277 + 10 * seed + program),
+                   200, repeat=0.2, equate=0.06)
+    assert not verifier.failures, verifier.failures[:5]
+    assert verifier.admitted >= 10 and verifier.replaced > 0, vars(verifier)
+
+
+def test_a_skipped_signature_is_caught(verifier):
+    """The check can fail: admissions that skip the signature comparison admit
+    where fastfake._portable declines (a ShapeEnv that guarded a size first)."""
+    fastfake.cache_clear()
+    make = _inputs([torch.randn(6, 8), torch.randn(8, 10), torch.randn(10)])
+    parity.run_both(_program, make, mode_factory=_mode, stock_runs=0, fast_runs=1)  # learns
+    _C._inject_fault(1000, "portable_admit")
+    try:
+        parity.run_both(_guarded_program, make, mode_factory=_mode, stock_runs=0, fast_runs=1)
+    finally:
+        _C._inject_fault(0, "portable_admit")
+    assert any("C++ admitted=True" in f for f in verifier.failures), vars(verifier)
+
+
+def test_counted_as_the_python_admission_counts():
+    """Served first calls count under the same names whichever side admitted
+    them, and as many as fastfake._portable serves (the C++ side switched off)."""
+    make = _inputs([torch.randn(6, 8), torch.randn(8, 10), torch.randn(10)])
+    counts = {}
+    for fast in (True, False):
+        was = _C.set_portable_fast(fast)
+        try:
+            fastfake.cache_clear()
+            parity.run_both(_program, make, mode_factory=_mode, stock_runs=0, fast_runs=1)
+            both = parity.run_both(_program, make, mode_factory=_mode, stock_runs=1, fast_runs=1)
+            parity.assert_symbolic_parity(both, f"fast={fast}")
+            s = both.fast[0].stats
+        finally:
+            _C.set_portable_fast(was)
+        counts[fast] = parity.counters_with_prefix(s, "cache.symbolic.portable.")
+    python = counts[False].pop("cache.symbolic.portable.admitted_python", 0)
+    fast = counts[True].pop("cache.symbolic.portable.admitted_python", 0)
+    assert counts[True] == counts[False] and counts[True]["cache.symbolic.portable.served"] > 0, counts
+    assert fast == 0 and python == 0, (fast, python)
