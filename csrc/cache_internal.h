@@ -195,6 +195,16 @@ bool seeds_of(
     std::vector<Seed>& out);
 
 // ---- cache_rebuild.cpp ----
+// SymNode.clone proven to return its node (fastfake/_symnode_int.py), or None:
+// symbolic sizes are then laid out with c10's own clones.
+void set_symint_clone(PyObject* clone);
+// impl->set_sizes_and_strides(sizes, strides, offset), laid out without c10's
+// per-value Python calls where it may be; false with a Python error set.
+bool set_symbolic_sizes(
+    c10::TensorImpl* impl,
+    c10::SymIntArrayRef sizes,
+    c10::SymIntArrayRef strides,
+    const c10::SymInt& offset);
 // Memoise the recorded derived values on a symbolic tensor (as stock's kernel
 // computed them); false (no error set) if the tensor has no symbolic sizes.
 bool seed_derived(const KeyCtx& ctx, c10::TensorImpl* impl, const SymShape& m);

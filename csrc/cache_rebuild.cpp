@@ -1,6 +1,7 @@
 // Building the outputs of a cache hit as stock's hit builds them: fresh meta
 // tensors, views on the current input's storage, symbolic sizes from recipes.
 #include "cache_internal.h"
+#include "symnode_int.h"
 
 #include <ATen/EmptyTensor.h>
 #include <c10/core/DefaultDtype.h>
@@ -112,6 +113,144 @@ bool seed_derived(const KeyCtx& ctx, c10::TensorImpl* impl, const SymShape& m) {
   return true;
 }
 
+// ---------------------------------------------------------------------------
+// Laying out symbolic sizes without c10's per-value Python calls.
+//
+// TensorImpl::set_sizes_and_strides stores a clone of every SymInt; for a Python
+// SymNode, SymInt::clone() calls `maybe_as_int()` (an int if the node's expression
+// is a number), then `clone()` (stock's returns the node itself) and wraps the
+// result in a new PythonSymNodeImpl, whose SymInt constructor asks `is_int()`:
+// three Python calls through pybind per value, ~1 us each, five or more values per
+// output. Where `maybe_as_int` is fastfake's C function and `clone` the function
+// proven to return its node (fastfake/_symnode_int.py), the same values are laid
+// out here: set_sizes_and_strides with placeholders (a C++ SymNodeImpl whose
+// clone and int value make no call; the same symbolic layout, numel and contiguity
+// left to be computed), then each value stored as the clone would be -- the int if
+// `maybe_as_int` (called once, as c10's first call: the second would find the
+// node's `expr` memo) gives one, else the SymInt itself, on the same Python node.
+// ---------------------------------------------------------------------------
+namespace {
+
+class Placeholder final : public c10::SymNodeImpl {
+ public:
+  bool is_int() override {
+    return true;
+  }
+  bool is_bool() override {
+    return false;
+  }
+  bool is_float() override {
+    return false;
+  }
+  bool is_nested_int() const override {
+    return false;
+  }
+  std::optional<int64_t> constant_int() override {
+    return std::nullopt;
+  }
+  std::optional<int64_t> maybe_as_int() override {
+    return std::nullopt;
+  }
+  c10::SymNode clone() override {
+    return c10::SymNode::reclaim_copy(this);
+  }
+  std::string str() override {
+    return "fastfake-placeholder";
+  }
+};
+
+const c10::SymInt& placeholder() {
+  static const c10::SymInt* p = new c10::SymInt(c10::SymNode(c10::make_intrusive<Placeholder>()));
+  return *p;
+}
+
+PyObject* g_clone_proven = nullptr; // SymNode.clone, proven to return its node
+PyObject* g_s_clone = nullptr;
+
+// Whether `node.clone()` is the proven function (found on the class, not the instance).
+bool clone_is_identity(PyObject* node) {
+  if (g_clone_proven == nullptr || Py_TYPE(node) != reinterpret_cast<PyTypeObject*>(g_py.symnode_type)) {
+    return false;
+  }
+  if (PyDict_GetItemWithError(Py_TYPE(node)->tp_dict, g_s_clone) != g_clone_proven) return false;
+  PyObject** dictptr = _PyObject_GetDictPtr(node);
+  return dictptr == nullptr || *dictptr == nullptr || PyDict_GetItemWithError(*dictptr, g_s_clone) == nullptr;
+}
+
+// The value SymInt::clone() gives for `x` (1), or 0 when it must be c10's own
+// clone (no error), or -1 with a Python error.
+int cloned(const c10::SymInt& x, c10::SymInt& out) {
+  if (!x.is_heap_allocated()) {
+    out = x;
+    return 1;
+  }
+  auto* impl = dynamic_cast<torch::impl::PythonSymNodeImpl*>(x.toSymNodeImplUnowned());
+  if (impl == nullptr) return 0;
+  PyObject* node = impl->getPyObj().ptr();
+  if (!clone_is_identity(node)) return PyErr_Occurred() ? -1 : 0;
+  PyObject* r = symnode_int_direct(node);
+  if (r == nullptr) return PyErr_Occurred() ? -1 : 0;
+  if (r == Py_None) {
+    Py_DECREF(r);
+    out = x;
+    return 1;
+  }
+  const long long v = PyLong_AsLongLong(r);
+  Py_DECREF(r);
+  if (v == -1 && PyErr_Occurred()) return -1;
+  out = c10::SymInt(static_cast<int64_t>(v));
+  return 1;
+}
+
+} // namespace
+
+void set_symint_clone(PyObject* clone) {
+  if (g_s_clone == nullptr) g_s_clone = PyUnicode_InternFromString("clone");
+  PyObject* c = clone == Py_None ? nullptr : clone;
+  Py_XINCREF(c);
+  Py_XSETREF(g_clone_proven, c);
+}
+
+// impl->set_sizes_and_strides(sizes, strides, offset), without the Python calls of
+// c10's clones where the values can be laid out here (see above). False with a
+// Python error set.
+bool set_symbolic_sizes(
+    c10::TensorImpl* impl,
+    c10::SymIntArrayRef sizes,
+    c10::SymIntArrayRef strides,
+    const c10::SymInt& offset) {
+  bool heap = offset.is_heap_allocated();
+  for (const auto& x : sizes) heap = heap || x.is_heap_allocated();
+  for (const auto& x : strides) heap = heap || x.is_heap_allocated();
+  if (heap && g_clone_proven != nullptr) {
+    c10::SymDimVector s(sizes.size()), t(strides.size());
+    c10::SymInt o;
+    int r = 1;
+    for (size_t i = 0; r == 1 && i < sizes.size(); ++i) r = cloned(sizes[i], s[i]);
+    for (size_t i = 0; r == 1 && i < strides.size(); ++i) r = cloned(strides[i], t[i]);
+    if (r == 1) r = cloned(offset, o);
+    if (r < 0) return false;
+    if (r == 1) {
+      const c10::SymInt& p = placeholder();
+      c10::SymDimVector ps(sizes.size(), p), pt(strides.size(), p);
+      impl->set_sizes_and_strides(ps, pt, p);
+      c10::SymbolicShapeMeta* meta = shape_meta(impl);
+      if (meta == nullptr || meta->sizes_.size() != s.size() || meta->strides_.size() != t.size()) {
+        PyErr_SetString(PyExc_RuntimeError, "fastfake: symbolic sizes were not laid out");
+        return false;
+      }
+      for (size_t i = 0; i < s.size(); ++i) meta->sizes_[i] = std::move(s[i]);
+      for (size_t i = 0; i < t.size(); ++i) meta->strides_[i] = std::move(t[i]);
+      meta->storage_offset_ = std::move(o);
+      return true;
+    }
+    // (the values read so far were read as c10's clone reads them first; its
+    // second reads find the nodes' `expr` memo)
+  }
+  impl->set_sizes_and_strides(sizes, strides, offset);
+  return true;
+}
+
 // A new meta storage of `nbytes` bytes (a SymInt: symbolic sizes need no allocation).
 c10::Storage meta_storage(c10::SymInt nbytes) {
   return c10::Storage(c10::make_intrusive<c10::StorageImpl>(
@@ -140,7 +279,7 @@ PyObject* build_symbolic(
         std::move(storage), c10::DispatchKeySet(c10::DispatchKey::Meta),
         c10::scalarTypeToTypeMeta(dtype));
     c10::TensorImpl* impl = t.unsafeGetTensorImpl();
-    impl->set_sizes_and_strides(sizes, strides, offset);
+    if (!set_symbolic_sizes(impl, sizes, strides, offset)) return nullptr;
     if (!seed_derived(ctx, impl, m)) return nullptr;
     if (conj) impl->_set_conj(true);
     if (neg) impl->_set_neg(true);

@@ -3,6 +3,7 @@
 #include "fastfake.h"
 #include "portable.h"
 #include "portable_fast.h"
+#include "cache_internal.h"
 #include "stock_key.h"
 #include "rerun.h"
 #include "item_memo.h"
@@ -13,6 +14,7 @@
 #include "symnode_memo.h"
 
 #include <pybind11/pybind11.h>
+#include <torch/csrc/utils/pybind.h>
 #include <pybind11/stl.h>
 
 namespace py = pybind11;
@@ -303,6 +305,29 @@ PYBIND11_MODULE(_C, m) {
   m.def("portable_set_memo_counts", [](uint64_t refused, uint64_t declined) {
     portable_set_memo_counts(refused, declined);
   });
+  m.def(
+      "set_symint_clone",
+      [](py::handle clone) { cache_detail::set_symint_clone(clone.ptr()); },
+      "SymNode.clone, proven to return its node (None: not proven): symbolic sizes of "
+      "rebuilt outputs are then laid out without c10's per-value Python calls.");
+  m.def(
+      "_symbolic_layout",
+      [](std::vector<c10::SymInt> sizes, std::vector<c10::SymInt> strides, c10::SymInt offset, bool direct) {
+        at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(
+            cache_detail::meta_storage(c10::SymInt(0)), c10::DispatchKeySet(c10::DispatchKey::Meta),
+            caffe2::TypeMeta::Make<float>());
+        c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+        if (direct) {
+          if (!cache_detail::set_symbolic_sizes(impl, sizes, strides, offset)) throw py::error_already_set();
+        } else {
+          impl->set_sizes_and_strides(sizes, strides, offset);
+        }
+        std::vector<c10::SymInt> s(impl->sym_sizes().begin(), impl->sym_sizes().end());
+        std::vector<c10::SymInt> st(impl->sym_strides().begin(), impl->sym_strides().end());
+        return py::make_tuple(s, st, impl->sym_storage_offset(), impl->has_symbolic_sizes_strides());
+      },
+      "Testing: the sizes, strides, offset and symbolic flag a meta tensor gets from "
+      "these values, laid out by fastfake (direct) or by c10's set_sizes_and_strides.");
   m.def(
       "setup_portable_fast",
       [](py::handle refs, py::handle hints_attr) { portable_fast_setup(refs.ptr(), hints_attr.ptr()); },

@@ -32,6 +32,7 @@ PyObject* g_symnode = nullptr;
 PyObject* g_stock = nullptr;
 PyObject* g_check = nullptr;
 PyObject* g_expr = nullptr; // "expr"
+PyObject* g_name = nullptr; // "maybe_as_int"
 int g_fault = 0;
 
 enum Count : size_t { Served, StockType, NumCounts };
@@ -89,6 +90,7 @@ PyMethodDef g_def = {
 
 void symnode_int_setup(PyObject* symnode_type, PyObject* stock) {
   if (g_expr == nullptr) g_expr = PyUnicode_InternFromString("expr");
+  if (g_name == nullptr) g_name = PyUnicode_InternFromString("maybe_as_int");
   Py_INCREF(symnode_type);
   Py_XSETREF(g_symnode, symnode_type);
   Py_INCREF(stock);
@@ -101,6 +103,22 @@ PyObject* symnode_int_method() {
   PyObject* method = PyInstanceMethod_New(fn);
   Py_DECREF(fn);
   return method;
+}
+
+PyObject* symnode_int_direct(PyObject* node) {
+  // (what PythonSymNodeImpl::maybe_as_int calls: `node.maybe_as_int`, found on
+  // the class unless the instance has its own)
+  if (g_symnode == nullptr || reinterpret_cast<PyObject*>(Py_TYPE(node)) != g_symnode) return nullptr;
+  PyObject* m = PyDict_GetItemWithError(reinterpret_cast<PyTypeObject*>(g_symnode)->tp_dict, g_name);
+  if (m == nullptr || !PyInstanceMethod_Check(m)) return nullptr;
+  PyObject* f = PyInstanceMethod_GET_FUNCTION(m);
+  if (!PyCFunction_Check(f) || reinterpret_cast<PyCFunctionObject*>(f)->m_ml != &g_def) return nullptr;
+  PyObject** dictptr = _PyObject_GetDictPtr(node);
+  if (dictptr != nullptr && *dictptr != nullptr && PyDict_GetItemWithError(*dictptr, g_name) != nullptr) {
+    return nullptr;
+  }
+  if (PyErr_Occurred()) return nullptr;
+  return maybe_as_int(nullptr, node);
 }
 
 void symnode_int_set_check(PyObject* check) {

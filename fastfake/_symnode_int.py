@@ -43,12 +43,36 @@ def available() -> bool:
 
 
 def method(*, crosscheck: bool = False):
-    """What ``SymNode.maybe_as_int`` becomes."""
+    """What ``SymNode.maybe_as_int`` becomes. With it in place, the result cache
+    lays out rebuilt outputs' symbolic sizes without c10's per-value Python calls
+    (``csrc/cache_rebuild.cpp``) if ``SymNode.clone`` returns its node
+    (:func:`clone_returning_node`)."""
     from torch.fx.experimental.sym_node import SymNode
 
     _C.setup_symnode_int(SymNode, stock_function())
     _C.set_symnode_int_check(check if crosscheck else None)
+    _C.set_symint_clone(clone_returning_node())
     return _C.symnode_int_method()
+
+
+def clone_returning_node():
+    """``SymNode.clone`` if it is a function that returns the node it is called on
+    (stock's ``return self`` on every supported release; shown on a probe node and
+    by its code, which has no other instruction than returning its argument), else
+    None."""
+    import dis
+
+    import sympy
+    from torch.fx.experimental.sym_node import SymNode
+
+    fn = SymNode.__dict__.get("clone")
+    if fn is None or not hasattr(fn, "__code__"):
+        return None
+    ops = [i.opname for i in dis.get_instructions(fn) if i.opname not in ("RESUME", "NOP", "CACHE")]
+    if ops not in (["LOAD_FAST", "RETURN_VALUE"], ["RETURN_VALUE"]) or fn.__code__.co_argcount != 1:
+        return None
+    probe = SymNode(sympy.Integer(1), None, int, 1)
+    return fn if fn(probe) is probe else None
 
 
 def check(node, served) -> bool:

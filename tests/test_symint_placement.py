@@ -1,0 +1,127 @@
+"""Symbolic sizes of rebuilt outputs laid out without c10's per-value Python calls
+(csrc/cache_rebuild.cpp's set_symbolic_sizes; proven by fastfake/_symnode_int.py).
+
+c10's ``set_sizes_and_strides`` stores ``SymInt::clone()`` of every value: the
+int where the node's ``maybe_as_int()`` gives one, else the same Python node. The
+direct layout must give exactly that -- which values are ints, which SymNodes,
+the ShapeEnv after the ``expr`` reads -- over random values (symbols, derived
+expressions, constants, symbols specialised or replaced after the nodes were
+made), and it is offered only where ``SymNode.clone`` returns its node."""
+from __future__ import annotations
+
+import random
+
+import pytest
+import sympy
+import torch
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.sym_node import SymNode
+from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+import fastfake
+from fastfake import _C, _symnode_int
+from parity import shape_env_fields, symbolic_fake
+
+pytestmark = pytest.mark.skipif(
+    not _symnode_int.available(), reason="SymNode.maybe_as_int's stock source is not one fastfake was proven on"
+)
+
+
+@pytest.fixture
+def installed():
+    fastfake.install()
+    try:
+        yield
+    finally:
+        fastfake.uninstall()
+
+
+def _describe(values) -> list:
+    out = []
+    for v in values:
+        if isinstance(v, torch.SymInt):
+            out.append(("sym", id(v.node), str(v.node._expr)))
+        else:
+            out.append(("int", type(v).__name__, v))
+    return out
+
+
+def _world(seed: int):
+    """A ShapeEnv with symbolic sizes, derived SymInts, constant nodes, and (later)
+    specialisations and replacements of some symbols."""
+    rng = random.Random(seed)
+    env = ShapeEnv()
+    mode = FakeTensorMode(shape_env=env)
+    x = symbolic_fake(mode, *[rng.choice([2, 3, 5, 7]) for _ in range(3)])
+    y = symbolic_fake(mode, *[rng.choice([2, 3, 5, 7]) for _ in range(2)])
+    base = list(x.shape) + list(y.shape) + list(x.stride())
+    syms = [s for s in base if isinstance(s, torch.SymInt)]
+    derived = [syms[0] * syms[1], syms[-1] + 1, syms[1] * 2]
+    const = [torch.SymInt(SymNode(sympy.Integer(6), env, int, 6))]
+    return rng, env, syms, base + derived + const
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_direct_layout_equals_c10s(installed, seed):
+    """Random values laid out both ways, in twin worlds (the reads have effects on
+    the ShapeEnv): the same ints, the same SymNodes, the same ShapeEnv; between
+    rounds a symbol is specialised or two are made equal, so some nodes' values
+    become numbers (c10 stores those as ints)."""
+    worlds = [_world(seed), _world(seed)]
+    for rnd in range(8):
+        picks = None
+        results = []
+        for direct, (rng, env, syms, values) in zip((True, False), worlds):
+            if picks is None:
+                n = rng.randrange(1, 5)
+                picks = [rng.randrange(len(values)) for _ in range(2 * n + 1)]
+            sizes = [values[i] for i in picks[:n]]
+            strides = [values[i] for i in picks[n:2 * n]]
+            offset = values[picks[-1]]
+            s, t, o, symbolic = _C._symbolic_layout(sizes, strides, offset, direct)
+            results.append((_describe(s), _describe(t), _describe([o]), symbolic,
+                            shape_env_fields(env)))
+        # (the twin worlds' SymNodes are distinct objects: compare positions)
+        for part in range(3):
+            a = [(k, x if k == "int" else None, z) for k, x, z in results[0][part]]
+            b = [(k, x if k == "int" else None, z) for k, x, z in results[1][part]]
+            assert a == b, (rnd, part, results[0][part], results[1][part])
+        assert results[0][3:] == results[1][3:], rnd
+        for _, env, syms, values in worlds:
+            rng2 = random.Random(seed * 100 + rnd)  # (the same change in both worlds)
+            r = rng2.random()
+            s = syms[rng2.randrange(len(syms))]
+            if r < 0.3:
+                torch._check(s == s.node.hint)  # specialised: its nodes' value is a number
+            elif r < 0.6:
+                other = syms[rng2.randrange(len(syms))]
+                if other.node.hint == s.node.hint:
+                    torch._check(s == other)  # replaced by the other symbol
+
+
+def test_direct_layout_keeps_the_nodes(installed):
+    """Where no value is a number, the laid-out sizes are the very SymNodes given
+    (c10's clone returns the node itself)."""
+    _, env, syms, values = _world(0)
+    s, t, o, symbolic = _C._symbolic_layout(syms[:2], syms[1:3], values[-2], True)
+    assert symbolic and [v.node for v in s] == [v.node for v in syms[:2]]
+    assert [v.node for v in t] == [v.node for v in syms[1:3]]
+
+
+def test_clone_proven_on_this_release():
+    assert _symnode_int.clone_returning_node() is vars(SymNode)["clone"]
+
+
+@pytest.mark.parametrize("kind", ["copy", "extra_code"])
+def test_other_clones_are_not_proven(monkeypatch, kind):
+    """A clone that returns another node, or does anything but return its node, is
+    not proven: symbolic sizes are then laid out by c10."""
+    if kind == "copy":
+        def clone(self):
+            return SymNode(self._expr, self.shape_env, self.pytype, self._hint)
+    else:
+        def clone(self):
+            self._cloned = True
+            return self
+    monkeypatch.setattr(SymNode, "clone", clone)
+    assert _symnode_int.clone_returning_node() is None
