@@ -43,6 +43,9 @@ struct SymVal {
   int64_t v = 0; // Int: the value; Input: the argument SymNode slot
   // New: owned tuple (expr, pytype, hint, constant, fx_node, optimized_summation)
   PyObject* fields = nullptr;
+  // New: the instance dict SymNode's constructor built for these fields (with
+  // `shape_env` None), once one was built (cache_rebuild.cpp's new_node); owned
+  mutable PyObject* proto = nullptr;
 };
 
 // Derived quantities cached in a SymbolicShapeMeta.
@@ -62,11 +65,20 @@ struct SymShape {
   int64_t version = 0; // the output's version counter
   std::vector<std::pair<Derived, SymVal>> derived; // what stock's output had computed
   ~SymShape() {
-    for (auto* v : {&offset, &nbytes}) Py_CLEAR(v->fields);
-    for (auto* vec : {&sizes, &strides}) {
-      for (auto& v : *vec) Py_CLEAR(v.fields);
+    for (auto* v : {&offset, &nbytes}) {
+      Py_CLEAR(v->fields);
+      Py_CLEAR(v->proto);
     }
-    for (auto& d : derived) Py_CLEAR(d.second.fields);
+    for (auto* vec : {&sizes, &strides}) {
+      for (auto& v : *vec) {
+        Py_CLEAR(v.fields);
+        Py_CLEAR(v.proto);
+      }
+    }
+    for (auto& d : derived) {
+      Py_CLEAR(d.second.fields);
+      Py_CLEAR(d.second.proto);
+    }
   }
 };
 
@@ -198,6 +210,16 @@ bool seeds_of(
 // SymNode.clone proven to return its node (fastfake/_symnode_int.py), or None:
 // symbolic sizes are then laid out with c10's own clones.
 void set_symint_clone(PyObject* clone);
+// SymNode.__init__ where it is one proven to build the same instance dict for the
+// same fields in every ShapeEnv without translation validation, apart from
+// `shape_env` (fastfake/_compat.py's SYMNODE_INIT_SOURCES), else None: while it
+// is SymNode's constructor, a recipe's new SymNodes are copies of the first
+// one's dict.
+void set_symnode_template(PyObject* init);
+// SymNode.is_int / is_float / is_bool where each is the proven `return
+// self.pytype is <type>` (fastfake/_install.py), else None: a recipe's new
+// SymNodes then answer c10's kind questions without a Python call.
+void set_symnode_kinds(PyObject* is_int, PyObject* is_float, PyObject* is_bool);
 // impl->set_sizes_and_strides(sizes, strides, offset), laid out without c10's
 // per-value Python calls where it may be; false with a Python error set.
 bool set_symbolic_sizes(

@@ -530,7 +530,7 @@ FastAdmit fast_admit(const KeyCtx& ctx, const FastRecord& r, std::vector<PyObjec
     Py_DECREF(upper);
     if (error) return python();
     if (!bounds) return decline(kShapeEnv);
-    const int sl = PySet_Contains(size_like, s.sym);
+    const int sl = PySet_GET_SIZE(size_like) == 0 ? 0 : PySet_Contains(size_like, s.sym);
     if (sl < 0) return python();
     if ((sl == 1) != s.size_like) return decline(kShapeEnv);
     PyObject* rep = lookup(reps, s.sym, s.hash);

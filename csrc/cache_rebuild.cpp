@@ -24,13 +24,171 @@
 namespace fastfake {
 namespace cache_detail {
 
+// ---------------------------------------------------------------------------
+// New SymNodes. A recipe's new SymNode is what stock's `_DeconstructedSymNode
+// .extract(shape_env)` builds: `SymNode(expr, shape_env, pytype, hint, constant,
+// fx_node)`, whose constructor runs in Python (~1 us). Where that constructor is
+// one fastfake knows (set_symnode_template: it stores its arguments and a few
+// constants, and reads the ShapeEnv only for a missing hint and for translation
+// validation), the instance dict it builds for the same fields is the same in
+// every ShapeEnv without translation validation, apart from `shape_env`. The
+// first node built for a recipe value is built by the constructor and its dict
+// kept (with `shape_env` None); later ones are a new SymNode instance with a copy
+// of that dict and their ShapeEnv.
+// ---------------------------------------------------------------------------
+namespace {
+PyObject* g_init_proven = nullptr; // SymNode.__init__, one fastfake knows
+PyObject* g_s_shape_env = nullptr;
+PyObject* g_s_init = nullptr;
+
+// The dict to keep from a node the constructor built, or nullptr (no error set)
+// when it holds a container (which copies would share) or no `shape_env`.
+PyObject* template_of(PyObject* node) {
+  PyObject* d = PyObject_GenericGetDict(node, nullptr);
+  if (d == nullptr) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  PyObject* copy = PyDict_Copy(d);
+  Py_DECREF(d);
+  if (copy == nullptr) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  bool ok = PyDict_GetItemWithError(copy, g_s_shape_env) != nullptr;
+  Py_ssize_t pos = 0;
+  PyObject *k, *val;
+  while (ok && PyDict_Next(copy, &pos, &k, &val)) {
+    ok = !PyList_Check(val) && !PyDict_Check(val) && !PyAnySet_Check(val);
+  }
+  if (!ok || PyDict_SetItem(copy, g_s_shape_env, Py_None) < 0) {
+    PyErr_Clear();
+    Py_DECREF(copy);
+    return nullptr;
+  }
+  return copy;
+}
+
+// A SymNode with the kept dict and this ShapeEnv (new reference), or nullptr.
+PyObject* from_template(const KeyCtx& ctx, PyObject* proto) {
+  // (object.__new__(SymNode), as the constructor's call starts: new_node checked
+  // that SymNode has no __new__ of its own)
+  static PyObject* no_args = PyTuple_New(0);
+  if (no_args == nullptr) return nullptr;
+  auto* tp = reinterpret_cast<PyTypeObject*>(g_py.symnode_type);
+  PyObject* node = tp->tp_new(tp, no_args, nullptr);
+  if (node == nullptr) return nullptr;
+  PyObject* d = PyDict_Copy(proto);
+  if (d == nullptr || PyDict_SetItem(d, g_s_shape_env, ctx.shape_env) < 0 ||
+      PyObject_GenericSetDict(node, d, nullptr) < 0) {
+    Py_XDECREF(d);
+    Py_DECREF(node);
+    return nullptr;
+  }
+  Py_DECREF(d);
+  return node;
+}
+} // namespace
+
+// A Python SymNode whose kind (int / float / bool) is known from its pytype where
+// SymNode.is_int / is_float / is_bool are the proven `return self.pytype is ...`
+// (set_symnode_kinds): c10's SymInt / SymBool constructors then ask it without a
+// Python call. Everything else is PythonSymNodeImpl's.
+class KnownKindSymNode final : public torch::impl::PythonSymNodeImpl {
+ public:
+  KnownKindSymNode(py::object node, char kind) : PythonSymNodeImpl(std::move(node)), kind_(kind) {}
+  bool is_int() override {
+    return kind_ == 'i';
+  }
+  bool is_float() override {
+    return kind_ == 'f';
+  }
+  bool is_bool() override {
+    return kind_ == 'b';
+  }
+
+ private:
+  char kind_;
+};
+
+namespace {
+PyObject* g_kind_methods[3] = {nullptr, nullptr, nullptr}; // is_int, is_float, is_bool
+PyObject* g_kind_names[3] = {nullptr, nullptr, nullptr};
+
+// 'i' / 'f' / 'b' for a SymNode of that pytype whose class still has the proven
+// kind methods (and the instance none of its own), else 0.
+char known_kind(PyObject* node, PyObject* pytype) {
+  if (g_kind_methods[0] == nullptr) return 0;
+  PyTypeObject* tp = Py_TYPE(node);
+  for (int i = 0; i < 3; ++i) {
+    if (PyDict_GetItemWithError(tp->tp_dict, g_kind_names[i]) != g_kind_methods[i]) return 0;
+  }
+  PyObject** dictptr = _PyObject_GetDictPtr(node);
+  if (dictptr != nullptr && *dictptr != nullptr) {
+    for (int i = 0; i < 3; ++i) {
+      if (PyDict_GetItemWithError(*dictptr, g_kind_names[i]) != nullptr) return 0;
+    }
+  }
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    return 0;
+  }
+  if (pytype == reinterpret_cast<PyObject*>(&PyLong_Type)) return 'i';
+  if (pytype == reinterpret_cast<PyObject*>(&PyFloat_Type)) return 'f';
+  if (pytype == reinterpret_cast<PyObject*>(&PyBool_Type)) return 'b';
+  return 0;
+}
+} // namespace
+
+void set_symnode_kinds(PyObject* is_int, PyObject* is_float, PyObject* is_bool) {
+  if (g_kind_names[0] == nullptr) {
+    g_kind_names[0] = PyUnicode_InternFromString("is_int");
+    g_kind_names[1] = PyUnicode_InternFromString("is_float");
+    g_kind_names[2] = PyUnicode_InternFromString("is_bool");
+  }
+  PyObject* fns[3] = {is_int, is_float, is_bool};
+  const bool on = is_int != Py_None && is_float != Py_None && is_bool != Py_None;
+  for (int i = 0; i < 3; ++i) {
+    PyObject* f = on ? fns[i] : nullptr;
+    Py_XINCREF(f);
+    Py_XSETREF(g_kind_methods[i], f);
+  }
+}
+
+void set_symnode_template(PyObject* init) {
+  if (g_s_shape_env == nullptr) {
+    g_s_shape_env = PyUnicode_InternFromString("shape_env");
+    g_s_init = PyUnicode_InternFromString("__init__");
+  }
+  PyObject* i = init == Py_None || g_s_init == nullptr ? nullptr : init;
+  Py_XINCREF(i);
+  Py_XSETREF(g_init_proven, i);
+}
+
 c10::SymNode new_node(const KeyCtx& ctx, const SymVal& v) {
   PyObject* f = v.fields;
-  PyObject* argv[7] = {PyTuple_GET_ITEM(f, 0), ctx.shape_env, PyTuple_GET_ITEM(f, 1),
-                       PyTuple_GET_ITEM(f, 2), PyTuple_GET_ITEM(f, 3),
-                       PyTuple_GET_ITEM(f, 4), PyTuple_GET_ITEM(f, 5)};
-  PyObject* node = PyObject_Vectorcall(g_py.symnode_type, argv, 7, nullptr);
-  if (node == nullptr) return c10::SymNode();
+  // (a missing hint is computed from the ShapeEnv; translation validation keeps
+  // an FX node: the constructor then)
+  auto* tp = reinterpret_cast<PyTypeObject*>(g_py.symnode_type);
+  const bool templated = g_init_proven != nullptr && PyTuple_GET_ITEM(f, 2) != Py_None &&
+      instance_attr(ctx.shape_env, g_py.s_translation_validation) == Py_False &&
+      tp->tp_new == PyBaseObject_Type.tp_new &&
+      PyDict_GetItemWithError(tp->tp_dict, g_s_init) == g_init_proven;
+  PyObject* node = nullptr;
+  if (templated && v.proto != nullptr) {
+    node = from_template(ctx, v.proto);
+    if (node == nullptr) return c10::SymNode();
+  } else {
+    PyObject* argv[7] = {PyTuple_GET_ITEM(f, 0), ctx.shape_env, PyTuple_GET_ITEM(f, 1),
+                         PyTuple_GET_ITEM(f, 2), PyTuple_GET_ITEM(f, 3),
+                         PyTuple_GET_ITEM(f, 4), PyTuple_GET_ITEM(f, 5)};
+    node = PyObject_Vectorcall(g_py.symnode_type, argv, 7, nullptr);
+    if (node == nullptr) return c10::SymNode();
+    if (templated) v.proto = template_of(node);
+  }
+  if (const char kind = known_kind(node, PyTuple_GET_ITEM(f, 1))) {
+    return c10::SymNode(c10::make_intrusive<KnownKindSymNode>(py::reinterpret_steal<py::object>(node), kind));
+  }
   return c10::SymNode(c10::make_intrusive<torch::impl::PythonSymNodeImpl>(
       py::reinterpret_steal<py::object>(node)));
 }

@@ -311,6 +311,45 @@ PYBIND11_MODULE(_C, m) {
       "SymNode.clone, proven to return its node (None: not proven): symbolic sizes of "
       "rebuilt outputs are then laid out without c10's per-value Python calls.");
   m.def(
+      "set_symnode_template",
+      [](py::handle init) { cache_detail::set_symnode_template(init.ptr()); },
+      "SymNode.__init__ where it is one fastfake knows (fastfake._compat."
+      "SYMNODE_INIT_SOURCES), else None: while it is SymNode's constructor, a recipe's "
+      "new SymNodes are copies of the instance dict it built for the first one.");
+  m.def(
+      "_new_symnodes",
+      [](py::handle fields, std::vector<py::object> envs) {
+        // (one recipe value, new SymNodes of it built in each ShapeEnv in turn)
+        cache_detail::SymVal v;
+        v.kind = cache_detail::SymVal::New;
+        v.fields = fields.inc_ref().ptr();
+        py::list out;
+        for (const auto& env : envs) {
+          cache_detail::KeyCtx ctx{Py_None, {}, {}, CacheBypassArgType};
+          ctx.shape_env = env.ptr();
+          c10::SymInt s;
+          if (!cache_detail::make_symint(ctx, v, s)) {
+            Py_CLEAR(v.fields);
+            Py_CLEAR(v.proto);
+            throw py::error_already_set();
+          }
+          out.append(py::reinterpret_borrow<py::object>(py_sym_node(s.toSymNodeImplUnowned())));
+        }
+        Py_CLEAR(v.fields);
+        Py_CLEAR(v.proto);
+        return out;
+      },
+      "Testing: the SymNodes a result-cache recipe value (expr, pytype, hint, constant, "
+      "fx_node, optimized_summation) gets in each ShapeEnv in turn, as rebuilt outputs "
+      "get them.");
+  m.def(
+      "set_symnode_kinds",
+      [](py::handle is_int, py::handle is_float, py::handle is_bool) {
+        cache_detail::set_symnode_kinds(is_int.ptr(), is_float.ptr(), is_bool.ptr());
+      },
+      "SymNode.is_int / is_float / is_bool where each is proven to return `self.pytype is "
+      "<type>` (else None): a recipe's new SymNodes answer c10's kind questions in C++.");
+  m.def(
       "_symbolic_layout",
       [](std::vector<c10::SymInt> sizes, std::vector<c10::SymInt> strides, c10::SymInt offset, bool direct) {
         at::Tensor t = at::detail::make_tensor<c10::TensorImpl>(

@@ -39,6 +39,38 @@ def setup_symbolic(
     replacements it was recorded under) and ``capture_begin(mode, func, args)``
     (collect the output stock synthesises for this call's new entry)."""
 
+
+def set_symint_clone(clone: Any) -> None:
+    """``SymNode.clone`` where it is proven to return its node
+    (``fastfake._symnode_int.clone_returning_node``), else None. While fastfake's C
+    ``SymNode.maybe_as_int`` is in place, rebuilt outputs' symbolic sizes are then
+    laid out without c10's per-value Python calls (each value stored as
+    ``SymInt::clone()`` gives it: the int where ``maybe_as_int`` gives one, else the
+    same node)."""
+
+def set_symnode_template(init: Any) -> None:
+    """``SymNode.__init__`` where it is one fastfake knows
+    (``fastfake._compat.SYMNODE_INIT_SOURCES``), else None. While it is SymNode's
+    constructor, a recipe's new SymNodes after the first are copies of the instance
+    dict the constructor built for it, with their own ShapeEnv (not for a missing
+    hint, nor under translation validation)."""
+
+def set_symnode_kinds(is_int: Any, is_float: Any, is_bool: Any) -> None:
+    """``SymNode.is_int`` / ``is_float`` / ``is_bool`` where each is the proven ``return
+    self.pytype is <type>`` (``fastfake._compat.symnode_kind_methods``), else None:
+    a recipe's new SymNodes then answer c10's kind questions without a Python call."""
+
+def _new_symnodes(fields: tuple, envs: list[Any]) -> list[Any]:
+    """Testing: the SymNodes one recipe value ``(expr, pytype, hint, constant,
+    fx_node, optimized_summation)`` gets in each ShapeEnv in turn, as rebuilt
+    outputs get them (the first by the constructor, later ones from its dict where
+    :func:`set_symnode_template` allows)."""
+
+def _symbolic_layout(sizes: list[Any], strides: list[Any], offset: Any, direct: bool) -> tuple:
+    """Testing: ``(sizes, strides, storage_offset, has_symbolic_sizes_strides)`` of a
+    meta tensor given these values, laid out by fastfake (``direct``) or by c10's
+    ``set_sizes_and_strides``."""
+
 def setup_real_inputs(tensor_type: type, parameter_type: type, tls: Any, policy: Any) -> None:
     """Bind ``torch.Tensor``, ``torch.nn.Parameter``, stock's ``fake_tensor_tls``
     (``allow_non_fake_inputs_override``) and ``fastfake._real_inputs.policy`` (per op:

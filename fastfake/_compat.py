@@ -467,6 +467,53 @@ SYMNODE_MAYBE_AS_INT_SOURCES: dict[str, str] = {
 }
 
 
+#: Digests of ``SymNode.__init__`` (normalised source) that store their arguments
+#: and constants and read the ShapeEnv only for a missing hint and for translation
+#: validation: for the same fields the instance dict is the same in every ShapeEnv
+#: without translation validation, apart from ``shape_env``, so a result-cache
+#: recipe's new SymNodes may be copies of the first one's dict
+#: (csrc/cache_rebuild.cpp). 2.9.0's lacks the ``expr`` memo's two fields.
+SYMNODE_INIT_SOURCES: dict[str, str] = {
+    "df3c3a5efd1a09d2": "2.13.0, 2.14.1, 2.15.0",
+    "97cb877f8b2e7e1b": "2.9.0",
+}
+
+
+@functools.cache
+def symnode_init_source_digest(fn: object) -> str | None:
+    """Digest of ``fn``, stock's ``SymNode.__init__`` (None if unreadable)."""
+    return _source_digest(lambda source: source(fn), SYMNODE_INIT_SOURCES)
+
+
+def symnode_kind_methods() -> tuple:
+    """``(SymNode.is_int, is_float, is_bool)`` if each is the function ``return
+    self.pytype is <int / float / bool>`` (its bytecode; the builtin not shadowed in
+    the module), else ``(None, None, None)``: a SymNode's kind is then its pytype's,
+    which c10's SymInt / SymBool constructors may read without calling them
+    (csrc/cache_rebuild.cpp)."""
+    import builtins
+    import dis
+    import sys
+
+    from torch.fx.experimental.sym_node import SymNode
+
+    module = vars(sys.modules[SymNode.__module__])
+    out = []
+    for name, ty in (("is_int", "int"), ("is_float", "float"), ("is_bool", "bool")):
+        fn = vars(SymNode).get(name)
+        code = getattr(fn, "__code__", None)
+        if code is None or code.co_argcount != 1 or ty in module or getattr(builtins, ty) is None:
+            return (None, None, None)
+        ops = [(i.opname, i.argval) for i in dis.get_instructions(fn)
+               if i.opname not in ("RESUME", "NOP", "CACHE", "PRECALL")]
+        want = [("LOAD_FAST", code.co_varnames[0]), ("LOAD_ATTR", "pytype"), ("LOAD_GLOBAL", ty),
+                ("IS_OP", 0), ("RETURN_VALUE", None)]
+        if ops != want:
+            return (None, None, None)
+        out.append(fn)
+    return tuple(out)
+
+
 @functools.cache
 def symnode_maybe_as_int_source_digest(fn: object) -> str | None:
     """Digest of ``fn``, stock's ``SymNode.maybe_as_int`` (None if unreadable)."""

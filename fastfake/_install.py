@@ -158,6 +158,11 @@ def _setup() -> None:
         _compat.fake_device_attr(),
     )
     _C.setup_symbolic(SymNode, torch.SymInt, sym_vid, still_valid, capture_begin)
+    # (a recipe's new SymNodes copied from the first one's instance dict, where
+    # SymNode's constructor is one fastfake knows: csrc/cache_rebuild.cpp)
+    init = vars(SymNode).get("__init__")
+    _C.set_symnode_template(init if _compat.symnode_init_source_digest(init) in _compat.SYMNODE_INIT_SOURCES else None)
+    _C.set_symnode_kinds(*_compat.symnode_kind_methods())
     _portable.setup(_C)
     _rerun.setup(_C)
     _item_memo.setup()

@@ -1,12 +1,21 @@
-"""Symbolic sizes of rebuilt outputs laid out without c10's per-value Python calls
-(csrc/cache_rebuild.cpp's set_symbolic_sizes; proven by fastfake/_symnode_int.py).
+"""Symbolic values of rebuilt outputs made without per-value Python calls
+(csrc/cache_rebuild.cpp).
 
+Sizes laid out directly (set_symbolic_sizes; proven by fastfake/_symnode_int.py):
 c10's ``set_sizes_and_strides`` stores ``SymInt::clone()`` of every value: the
 int where the node's ``maybe_as_int()`` gives one, else the same Python node. The
 direct layout must give exactly that -- which values are ints, which SymNodes,
 the ShapeEnv after the ``expr`` reads -- over random values (symbols, derived
 expressions, constants, symbols specialised or replaced after the nodes were
-made), and it is offered only where ``SymNode.clone`` returns its node."""
+made), and it is offered only where ``SymNode.clone`` returns its node.
+
+New SymNodes from a template (new_node; fastfake._compat.SYMNODE_INIT_SOURCES):
+a recipe value's later SymNodes are copies of the instance dict the constructor
+built for its first one, with their own ShapeEnv. Each must equal what
+``SymNode(...)`` builds in that ShapeEnv (the same attributes in the same order,
+the same values), for random fields, and the constructor must be used where the
+template does not hold (a missing hint, translation validation, another
+``__init__``)."""
 from __future__ import annotations
 
 import random
@@ -125,3 +134,73 @@ def test_other_clones_are_not_proven(monkeypatch, kind):
             return self
     monkeypatch.setattr(SymNode, "clone", clone)
     assert _symnode_int.clone_returning_node() is None
+
+
+def _fields(rng: random.Random) -> tuple:
+    s0, s1 = sympy.Symbol("s0", positive=True, integer=True), sympy.Symbol("s1", positive=True, integer=True)
+    expr = rng.choice([s0, s0 * s1, s1 + 1, 4 * s0 * s1 - s1, sympy.Integer(6)])
+    hint = rng.choice([2, 3, 12, 96])
+    return (expr, int, hint, rng.choice([None, None, 5]), rng.choice([None, False]), rng.random() < 0.3)
+
+
+def _constructed(fields: tuple, env) -> SymNode:
+    expr, pytype, hint, constant, fx_node, summation = fields
+    return SymNode(expr, env, pytype, hint, constant, fx_node, summation)
+
+
+def _same_node(a: SymNode, b: SymNode) -> None:
+    assert type(a) is type(b) is SymNode
+    va, vb = vars(a), vars(b)
+    assert list(va) == list(vb), (list(va), list(vb))
+    for k in va:
+        assert type(va[k]) is type(vb[k]) and (va[k] is vb[k] or va[k] == vb[k]), (k, va[k], vb[k])
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_template_nodes_equal_constructed_ones(installed, seed):
+    """Random recipe values, each built in a run of ShapeEnvs (the first by the
+    constructor, the rest from its dict): every node equals the constructor's in
+    its ShapeEnv and holds that ShapeEnv."""
+    rng = random.Random(seed)
+    for _ in range(25):
+        fields = _fields(rng)
+        envs = [ShapeEnv() for _ in range(rng.randrange(2, 5))]
+        nodes = _C._new_symnodes(fields, envs)
+        for env, node in zip(envs, nodes):
+            assert node.shape_env is env
+            _same_node(node, _constructed(fields, env))
+        assert len({id(n) for n in nodes}) == len(nodes)
+
+
+def test_template_left_where_it_does_not_hold(installed, monkeypatch):
+    """A missing hint (computed from each ShapeEnv: here 3 in one, 5 in the other),
+    and another ``__init__`` than the proven one: each node is the constructor's."""
+    from torch._dynamo.source import ConstantSource
+
+    envs = [ShapeEnv(), ShapeEnv()]
+    syms = [env.create_symbol(v, ConstantSource("x")) for env, v in zip(envs, (3, 5))]
+    assert syms[0] == syms[1]
+    fields = (syms[0] * 2, int, None, None, None, False)
+    nodes = _C._new_symnodes(fields, envs)
+    assert [n._hint for n in nodes] == [6, 10]
+    for env, node in zip(envs, nodes):
+        _same_node(node, _constructed(fields, env))
+
+    calls = []
+    real = vars(SymNode)["__init__"]
+
+    def counting(self, *args, **kwargs):
+        calls.append(1)
+        real(self, *args, **kwargs)
+
+    hinted = (syms[0] * 2, int, 6, None, None, False)
+    _C._new_symnodes(hinted, envs)
+    monkeypatch.setattr(SymNode, "__init__", counting)
+    _C._new_symnodes(hinted, envs + envs)
+    assert len(calls) == 4, "another __init__ must be called for every node"
+
+
+def test_init_proven_on_this_release():
+    from fastfake import _compat
+
+    assert _compat.symnode_init_source_digest(vars(SymNode)["__init__"]) in _compat.SYMNODE_INIT_SOURCES
