@@ -286,9 +286,11 @@ PyObject* portable_serve(
     ++g_memo_declined;
     return nullptr;
   }
-  if (pe.fast && fast_enabled()) {
+  if (fast_enabled()) {
     std::vector<PyObject*> keys;
-    const FastAdmit a = fast_admit(ctx, *pe.fast, keys);
+    // (a record without a fast form -- its keys could not be templated -- is
+    // admitted in Python, and counted so)
+    const FastAdmit a = pe.fast ? fast_admit(ctx, *pe.fast, keys) : fast_left_to_python();
     if (a != FastAdmit::Python) {
       PyObject* r = serve_fast(mode, func, args, kwargs, ctx, pe, a == FastAdmit::Admit, keys);
       for (PyObject* k : keys) Py_DECREF(k);

@@ -417,6 +417,11 @@ FastRecord::~FastRecord() {
   }
 }
 
+FastAdmit fast_left_to_python() {
+  ++g_counts[kPython];
+  return FastAdmit::Python;
+}
+
 bool fast_enabled() {
   return g.ready && g.on;
 }

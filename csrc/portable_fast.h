@@ -81,6 +81,8 @@ enum class FastAdmit { Admit, Decline, Python };
 // floor-division resimplification, a recorded miss in progress, an attribute
 // this release lacks).
 FastAdmit fast_admit(const KeyCtx& ctx, const FastRecord& r, std::vector<PyObject*>& keys);
+// A record without a fast form: Python (counted with the admissions left to it).
+FastAdmit fast_left_to_python();
 // fastfake._portable.commit's effects; false with a Python error set on failure.
 bool fast_commit(const KeyCtx& ctx, const FastRecord& r, const std::vector<PyObject*>& keys,
                  bool store, bool count);
