@@ -221,6 +221,29 @@ void portable_learn(
 
 namespace {
 
+// The outputs stock's miss returned, rebuilt from the recipe (or, under the
+// testing fault, from the hit's), with what its kernel memoised on the arguments
+// memoised on them; nullptr (no error set) when stock must compute the call.
+PyObject* rebuild_miss(PyObject* mode, PyObject* args, const KeyCtx& ctx, const PEntry& pe) {
+  const bool fault = g_inject_fault > 0;
+  if (fault) --g_inject_fault;
+  PyObject* out = rebuild(mode, args, ctx, fault ? pe.hit : pe.miss);
+  if (out == nullptr) {
+    PyErr_Clear();
+    return nullptr;
+  }
+  for (const Seed& sd : pe.seeds) {
+    // (the masks matched: the argument is symbolic and had none of these)
+    c10::TensorImpl* impl = THPVariable_Unpack(PyTuple_GET_ITEM(args, sd.arg)).unsafeGetTensorImpl();
+    if (!seed_derived(ctx, impl, *sd.values)) {
+      PyErr_Clear();
+      Py_DECREF(out);
+      return nullptr;
+    }
+  }
+  return out;
+}
+
 // A first call admitted (or declined) in C++: the miss recipe's outputs, the
 // arguments' derived values seeded, stock's entries stored.
 PyObject* serve_fast(
@@ -236,21 +259,8 @@ PyObject* serve_fast(
     return nullptr; // (a test's check failed: stock computes the call)
   }
   if (!admitted) return nullptr;
-  const bool fault = g_inject_fault > 0;
-  if (fault) --g_inject_fault;
-  PyObject* out = rebuild(mode, args, ctx, fault ? pe.hit : pe.miss);
-  if (out == nullptr) {
-    PyErr_Clear();
-    return nullptr; // stock computes it
-  }
-  for (const Seed& sd : pe.seeds) {
-    c10::TensorImpl* impl = THPVariable_Unpack(PyTuple_GET_ITEM(args, sd.arg)).unsafeGetTensorImpl();
-    if (!seed_derived(ctx, impl, *sd.values)) {
-      PyErr_Clear();
-      Py_DECREF(out);
-      return nullptr;
-    }
-  }
+  PyObject* out = rebuild_miss(mode, args, ctx, pe);
+  if (out == nullptr) return nullptr; // stock computes it
   // (as fastfake._portable.commit: nothing stored under fastfake's crosscheck,
   // whose verifying stock call is that miss)
   if (!fast_commit(ctx, *pe.fast, keys, !g_config.crosscheck, g_stock_counts.enabled)) {
@@ -307,23 +317,10 @@ PyObject* portable_serve(
     Py_DECREF(adm);
     return nullptr;
   }
-  const bool fault = g_inject_fault > 0;
-  if (fault) --g_inject_fault;
-  PyObject* out = rebuild(mode, args, ctx, fault ? pe.hit : pe.miss);
+  PyObject* out = rebuild_miss(mode, args, ctx, pe);
   if (out == nullptr) {
-    PyErr_Clear();
     Py_DECREF(adm);
     return nullptr; // stock computes it
-  }
-  for (const Seed& sd : pe.seeds) {
-    // (the masks matched: the argument is symbolic and had none of these)
-    c10::TensorImpl* impl = THPVariable_Unpack(PyTuple_GET_ITEM(args, sd.arg)).unsafeGetTensorImpl();
-    if (!seed_derived(ctx, impl, *sd.values)) {
-      PyErr_Clear();
-      Py_DECREF(adm);
-      Py_DECREF(out);
-      return nullptr;
-    }
   }
   // Under fastfake's crosscheck, stock's verifying call of this very call is the
   // miss that stores stock's entry (and counts itself): comparing with it compares

@@ -246,13 +246,10 @@ class _EpochTwin(Twin):
             super().clear_caches()
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_long_random_sequences_across_shape_envs(seed):
-    """Learned state over many ShapeEnvs in one process: epochs of seeded random
-    programs, each in new modes and ShapeEnvs (stock and fastfake side by side,
-    every step compared), programs recurring across epochs so first calls are
-    served from other epochs' entries; some epochs guard a symbol first (another
-    range and axiom), some use other shapes."""
+def random_epochs(seed: int) -> None:
+    """10 epochs of 240 seeded random steps, each epoch in new modes and ShapeEnvs
+    (stock and fastfake side by side, every step compared), one of 3 programs per
+    epoch so programs recur across epochs; some epochs guard a symbol in between."""
     fastfake.cache_clear()
     fastfake.reset_stats()
     master = random.Random(seed)
@@ -265,6 +262,16 @@ def test_long_random_sequences_across_shape_envs(seed):
             bound = 500 + epoch % 2
             twin.step(0, "guard", lambda t: torch._check(t.shape[0] < bound), [0])
         random_steps(twin, rng, 120)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_long_random_sequences_across_shape_envs(seed):
+    """Learned state over many ShapeEnvs in one process: epochs of seeded random
+    programs, each in new modes and ShapeEnvs (stock and fastfake side by side,
+    every step compared), programs recurring across epochs so first calls are
+    served from other epochs' entries; some epochs guard a symbol first (another
+    range and axiom), some use other shapes."""
+    random_epochs(seed)
     s = fastfake.stats()
     assert s.get("cache.symbolic.portable.served", 0) > 30, parity.counters_with_prefix(s, "cache.symbolic")
 

@@ -22,8 +22,7 @@ import fastfake
 import parity
 from fastfake import _C, _compat, _portable, _stock_key
 from test_cache_symbolic import _inputs, _mode
-from test_portable import _EpochTwin, _guarded_program, _program
-from test_stateful import random_steps
+from test_portable import _EpochTwin, _guarded_program, _program, random_epochs
 from test_symbolic_views_random import view_steps
 
 pytestmark = [
@@ -100,18 +99,7 @@ def test_admission_equals_python_over_random_sequences(verifier, seed):
     """Epochs of seeded random programs in new ShapeEnvs (tests/test_portable.py's
     long random sequences): every decision equals fastfake._portable.admit's and
     every admitted key equals stock's."""
-    fastfake.cache_clear()
-    fastfake.reset_stats()
-    master = random.Random(seed)
-    for epoch in range(10):
-        twin = _EpochTwin(random.Random(master.random()))
-        program = master.randrange(3)
-        rng = random.Random(9000 + 10 * seed + program)
-        random_steps(twin, rng, 120)
-        if master.random() < 0.3 and twin.stock.pool:
-            bound = 500 + epoch % 2
-            twin.step(0, "guard", lambda t: torch._check(t.shape[0] < bound), [0])
-        random_steps(twin, rng, 120)
+    random_epochs(seed)
     assert not verifier.failures, verifier.failures[:5]
     assert verifier.admitted > 30 and verifier.nested > 0, vars(verifier)
     s = fastfake.stats()
