@@ -307,7 +307,7 @@ bool parse_template(const KeyCtx& ctx, PyObject* key, KeyTemplate& t, bool own) 
       }
       // (a back-reference inside a stub is kept; a stub of a SymInt not stripped,
       // or of anything else, leaves the record to Python)
-      if (holds_sym(val, 0) || Py_TYPE(val) == g.dst) return false;
+      if (holds_sym(val, 0)) return false;
     }
     if (holds_sym(v, 0)) return false;
     PyTuple_SET_ITEM(t.items, i, Py_NewRef(v));
@@ -593,6 +593,30 @@ FastAdmit fast_admit(const KeyCtx& ctx, const FastRecord& r, std::vector<PyObjec
   return FastAdmit::Admit;
 }
 
+namespace {
+// `counts[label] += n` for each `(label, n)` of `adds` (a label not there yet
+// starts at 0, as `defaultdict` / `dict.get(label, 0)` read it); false with a
+// Python error set.
+bool add_counts(PyObject* counts, PyObject* adds) {
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(adds); ++i) {
+    PyObject* p = PyTuple_GET_ITEM(adds, i);
+    PyObject* label = PyTuple_GET_ITEM(p, 0);
+    PyObject* old = PyObject_GetItem(counts, label);
+    if (old == nullptr) {
+      if (!PyErr_ExceptionMatches(PyExc_KeyError)) return false;
+      PyErr_Clear();
+    }
+    PyObject* now = old != nullptr ? PyNumber_Add(old, PyTuple_GET_ITEM(p, 1))
+                                   : Py_NewRef(PyTuple_GET_ITEM(p, 1));
+    Py_XDECREF(old);
+    const bool ok = now != nullptr && PyObject_SetItem(counts, label, now) == 0;
+    Py_XDECREF(now);
+    if (!ok) return false;
+  }
+  return true;
+}
+} // namespace
+
 bool fast_commit(const KeyCtx& ctx, const FastRecord& r, const std::vector<PyObject*>& keys,
                  bool store, bool count) {
   ++g_counts[kServed];
@@ -614,22 +638,10 @@ bool fast_commit(const KeyCtx& ctx, const FastRecord& r, const std::vector<PyObj
     g_stock_counts.misses += static_cast<uint64_t>(r.misses);
     g_stock_counts.hits += static_cast<uint64_t>(r.hits);
     if (PyTuple_GET_SIZE(r.bypasses) > 0) {
-      PyObject* bypasses = PyObject_GetAttr(g.mode_class, g.s_bypasses);
-      if (bypasses == nullptr) return false;
-      for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(r.bypasses); ++i) {
-        PyObject* p = PyTuple_GET_ITEM(r.bypasses, i);
-        PyObject* reason = PyTuple_GET_ITEM(p, 0);
-        PyObject* old = PyObject_GetItem(bypasses, reason); // (a defaultdict)
-        PyObject* now = old != nullptr ? PyNumber_Add(old, PyTuple_GET_ITEM(p, 1)) : nullptr;
-        const bool ok = now != nullptr && PyObject_SetItem(bypasses, reason, now) == 0;
-        Py_XDECREF(old);
-        Py_XDECREF(now);
-        if (!ok) {
-          Py_DECREF(bypasses);
-          return false;
-        }
-      }
-      Py_DECREF(bypasses);
+      PyObject* bypasses = PyObject_GetAttr(g.mode_class, g.s_bypasses); // (a defaultdict)
+      const bool ok = bypasses != nullptr && add_counts(bypasses, r.bypasses);
+      Py_XDECREF(bypasses);
+      if (!ok) return false;
     }
   }
   // Inside the kernel of a miss being recorded (fastfake._portable's frames are
@@ -645,31 +657,19 @@ bool fast_commit(const KeyCtx& ctx, const FastRecord& r, const std::vector<PyObj
       if (!ok) return false;
     }
   }
-  PyObject* counter = g_py.simple_call_counter;
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(r.calls); ++i) {
-    if (counter == nullptr) {
+  if (PyTuple_GET_SIZE(r.calls) > 0) {
+    if (g_py.simple_call_counter == nullptr) {
       PyErr_SetString(PyExc_RuntimeError, "fastfake: no simple_call_counter");
       return false;
     }
-    PyObject* p = PyTuple_GET_ITEM(r.calls, i);
-    PyObject* label = PyTuple_GET_ITEM(p, 0);
-    PyObject* old = PyObject_GetItem(counter, label);
-    if (old == nullptr) {
-      if (!PyErr_ExceptionMatches(PyExc_KeyError)) return false;
-      PyErr_Clear();
-    }
-    PyObject* now = old != nullptr ? PyNumber_Add(old, PyTuple_GET_ITEM(p, 1))
-                                   : Py_NewRef(PyTuple_GET_ITEM(p, 1));
-    Py_XDECREF(old);
-    const bool ok = now != nullptr && PyObject_SetItem(counter, label, now) == 0;
-    Py_XDECREF(now);
-    if (!ok) return false;
+    if (!add_counts(g_py.simple_call_counter, r.calls)) return false;
   }
   if (_PyDict_SetItem_KnownHash(cache, keys.back(), r.entry, r.own.hash_value) < 0) return false;
   // stock's first static evaluation here clears the pending resimplification,
   // which has nothing to resimplify (admitted so)
   return !r.flips || PyObject_SetAttr(ctx.shape_env, g.s_floor_div, Py_False) == 0;
 }
+
 
 bool fast_verify(PyObject* mode, PyObject* func, PyObject* args, PyObject* kwargs,
                  PyObject* record, bool admitted, const std::vector<PyObject*>& keys) {
@@ -697,25 +697,17 @@ void portable_fast_setup(PyObject* refs, PyObject* hints_attr) {
   using namespace cache_detail;
   g.ready = false;
   if (!PyTuple_Check(refs) || PyTuple_GET_SIZE(refs) != 9 || !PyUnicode_Check(hints_attr)) return;
-  auto type = [&](int i) {
-    PyObject* t = PyTuple_GET_ITEM(refs, i);
-    return PyType_Check(t) ? reinterpret_cast<PyTypeObject*>(Py_NewRef(t)) : nullptr;
-  };
-  g.stub = type(0);
-  g.dst = type(1);
-  g.key = type(2);
-  g.bypass_entry = Py_NewRef(PyTuple_GET_ITEM(refs, 3));
-  g.from_node = Py_NewRef(PyTuple_GET_ITEM(refs, 4));
-  g.free_symbols = Py_NewRef(PyTuple_GET_ITEM(refs, 5));
-  g.mode_class = Py_NewRef(PyTuple_GET_ITEM(refs, 6));
-  g.key_log = Py_NewRef(PyTuple_GET_ITEM(refs, 7));
-  g.open = Py_NewRef(PyTuple_GET_ITEM(refs, 8));
+  for (int i = 0; i < 3; ++i) {
+    if (!PyType_Check(PyTuple_GET_ITEM(refs, i))) return;
+  }
+  // (a second setup replaces the references)
+  PyObject** dst[9] = {reinterpret_cast<PyObject**>(&g.stub), reinterpret_cast<PyObject**>(&g.dst),
+                       reinterpret_cast<PyObject**>(&g.key), &g.bypass_entry, &g.from_node,
+                       &g.free_symbols, &g.mode_class, &g.key_log, &g.open};
+  for (int i = 0; i < 9; ++i) Py_XSETREF(*dst[i], Py_NewRef(PyTuple_GET_ITEM(refs, i)));
   Py_XSETREF(g.s_hints, Py_NewRef(hints_attr));
   PyUnicode_InternInPlace(&g.s_hints);
-  if (g.stub == nullptr || g.dst == nullptr || g.key == nullptr || !PyList_CheckExact(g.key_log) ||
-      !PyList_CheckExact(g.open)) {
-    return;
-  }
+  if (!PyList_CheckExact(g.key_log) || !PyList_CheckExact(g.open)) return;
   g.stub_value = slot_offset(g.stub, "value");
   g.dst_ty = slot_offset(g.dst, "ty");
   g.dst_node = slot_offset(g.dst, "node");

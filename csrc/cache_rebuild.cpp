@@ -119,19 +119,8 @@ PyObject* g_kind_names[3] = {nullptr, nullptr, nullptr};
 // kind methods (and the instance none of its own), else 0.
 char known_kind(PyObject* node, PyObject* pytype) {
   if (g_kind_methods[0] == nullptr) return 0;
-  PyTypeObject* tp = Py_TYPE(node);
   for (int i = 0; i < 3; ++i) {
-    if (PyDict_GetItemWithError(tp->tp_dict, g_kind_names[i]) != g_kind_methods[i]) return 0;
-  }
-  PyObject** dictptr = _PyObject_GetDictPtr(node);
-  if (dictptr != nullptr && *dictptr != nullptr) {
-    for (int i = 0; i < 3; ++i) {
-      if (PyDict_GetItemWithError(*dictptr, g_kind_names[i]) != nullptr) return 0;
-    }
-  }
-  if (PyErr_Occurred()) {
-    PyErr_Clear();
-    return 0;
+    if (class_attr(node, g_kind_names[i]) != g_kind_methods[i]) return 0;
   }
   if (pytype == reinterpret_cast<PyObject*>(&PyLong_Type)) return 'i';
   if (pytype == reinterpret_cast<PyObject*>(&PyFloat_Type)) return 'f';
@@ -173,7 +162,7 @@ c10::SymNode new_node(const KeyCtx& ctx, const SymVal& v) {
   const bool templated = g_init_proven != nullptr && PyTuple_GET_ITEM(f, 2) != Py_None &&
       instance_attr(ctx.shape_env, g_py.s_translation_validation) == Py_False &&
       tp->tp_new == PyBaseObject_Type.tp_new &&
-      PyDict_GetItemWithError(tp->tp_dict, g_s_init) == g_init_proven;
+      PyDict_GetItemWithError(tp->tp_dict, g_s_init) == g_init_proven; // (the class's own)
   PyObject* node = nullptr;
   if (templated && v.proto != nullptr) {
     node = from_template(ctx, v.proto);
@@ -330,9 +319,7 @@ bool clone_is_identity(PyObject* node) {
   if (g_clone_proven == nullptr || Py_TYPE(node) != reinterpret_cast<PyTypeObject*>(g_py.symnode_type)) {
     return false;
   }
-  if (PyDict_GetItemWithError(Py_TYPE(node)->tp_dict, g_s_clone) != g_clone_proven) return false;
-  PyObject** dictptr = _PyObject_GetDictPtr(node);
-  return dictptr == nullptr || *dictptr == nullptr || PyDict_GetItemWithError(*dictptr, g_s_clone) == nullptr;
+  return class_attr(node, g_s_clone) == g_clone_proven;
 }
 
 // The value SymInt::clone() gives for `x` (1), or 0 when it must be c10's own

@@ -21,6 +21,11 @@ PyObject* instance_attr(PyObject* obj, PyObject* name) {
   return PyDict_GetItemWithError(*dictptr, name); // borrowed; name is a str so no error
 }
 
+PyObject* class_attr(PyObject* obj, PyObject* name) {
+  if (instance_attr(obj, name) != nullptr) return nullptr;
+  return PyDict_GetItemWithError(Py_TYPE(obj)->tp_dict, name); // borrowed; a str name: no error
+}
+
 PyObject* make_fake_tensor(PyObject* mode, at::Tensor elem, PyObject* device) {
   // Mirrors FakeTensor.__new__ -> Tensor._make_subclass(cls, elem, requires_grad,
   // dispatch_device=True, device_for_backend_keys=device) on a fresh meta tensor.

@@ -240,6 +240,10 @@ extern PyRefs g_py;
 // Borrowed lookup of an attribute in an object's instance __dict__ (no descriptors);
 // nullptr if absent. Never sets a Python error.
 PyObject* instance_attr(PyObject* obj, PyObject* name);
+// What `obj.<name>` finds in its class's own dict, where the instance has no
+// attribute of that name (borrowed), else nullptr: for a method, the function
+// `obj.<name>()` calls.
+PyObject* class_attr(PyObject* obj, PyObject* name);
 
 // Does the FakeTensor carry dispatch keys of its own (`FakeTensor.dispatch_keys`
 // not None: a fake mkldnn tensor on 2.14+, whose meta backing looks strided)?

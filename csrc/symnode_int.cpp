@@ -22,6 +22,8 @@
 // function. Which releases: fastfake/_symnode_int.py.
 #include "symnode_int.h"
 
+#include "fastfake.h"
+
 #include "symnode_expr.h"
 
 namespace fastfake {
@@ -109,15 +111,10 @@ PyObject* symnode_int_direct(PyObject* node) {
   // (what PythonSymNodeImpl::maybe_as_int calls: `node.maybe_as_int`, found on
   // the class unless the instance has its own)
   if (g_symnode == nullptr || reinterpret_cast<PyObject*>(Py_TYPE(node)) != g_symnode) return nullptr;
-  PyObject* m = PyDict_GetItemWithError(reinterpret_cast<PyTypeObject*>(g_symnode)->tp_dict, g_name);
+  PyObject* m = class_attr(node, g_name);
   if (m == nullptr || !PyInstanceMethod_Check(m)) return nullptr;
   PyObject* f = PyInstanceMethod_GET_FUNCTION(m);
   if (!PyCFunction_Check(f) || reinterpret_cast<PyCFunctionObject*>(f)->m_ml != &g_def) return nullptr;
-  PyObject** dictptr = _PyObject_GetDictPtr(node);
-  if (dictptr != nullptr && *dictptr != nullptr && PyDict_GetItemWithError(*dictptr, g_name) != nullptr) {
-    return nullptr;
-  }
-  if (PyErr_Occurred()) return nullptr;
   return maybe_as_int(nullptr, node);
 }
 

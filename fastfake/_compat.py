@@ -485,6 +485,15 @@ def symnode_init_source_digest(fn: object) -> str | None:
     return _source_digest(lambda source: source(fn), SYMNODE_INIT_SOURCES)
 
 
+def instructions(fn: object) -> list[tuple[str, object]]:
+    """``fn``'s bytecode as ``(opname, argval)`` pairs, without the instructions that
+    do nothing (``RESUME``, ``NOP``, ``CACHE``, ``PRECALL``)."""
+    import dis
+
+    return [(i.opname, i.argval) for i in dis.get_instructions(fn)
+            if i.opname not in ("RESUME", "NOP", "CACHE", "PRECALL")]
+
+
 def symnode_kind_methods() -> tuple:
     """``(SymNode.is_int, is_float, is_bool)`` if each is the function ``return
     self.pytype is <int / float / bool>`` (its bytecode; the builtin not shadowed in
@@ -492,7 +501,6 @@ def symnode_kind_methods() -> tuple:
     which c10's SymInt / SymBool constructors may read without calling them
     (csrc/cache_rebuild.cpp)."""
     import builtins
-    import dis
     import sys
 
     from torch.fx.experimental.sym_node import SymNode
@@ -504,8 +512,7 @@ def symnode_kind_methods() -> tuple:
         code = getattr(fn, "__code__", None)
         if code is None or code.co_argcount != 1 or ty in module or getattr(builtins, ty) is None:
             return (None, None, None)
-        ops = [(i.opname, i.argval) for i in dis.get_instructions(fn)
-               if i.opname not in ("RESUME", "NOP", "CACHE", "PRECALL")]
+        ops = instructions(fn)
         want = [("LOAD_FAST", code.co_varnames[0]), ("LOAD_ATTR", "pytype"), ("LOAD_GLOBAL", ty),
                 ("IS_OP", 0), ("RETURN_VALUE", None)]
         if ops != want:

@@ -285,11 +285,15 @@ class _Items:
 
 def _bound_key(items: tuple, env: Any) -> Any:
     """A key as stock stores it in ``env`` (each SymInt stub holding a SymNode of
-    ``env`` with the recorded expression, hint and constant)."""
+    ``env`` with the recorded expression, hint and constant); with ``env`` None, the
+    stubs hold the ShapeEnv-free ``_DeconstructedSymNode``s themselves: such a key
+    hashes and compares as the key stock builds for the same call in any ShapeEnv
+    (stubs compare by ``_value_eq`` / ``_value_hash``), so it looks that key up in
+    any ShapeEnv's cache."""
     out = []
     for v in items:
         if type(v) is tuple and len(v) == 2 and type(v[1]) is _DeconstructedSymNode:
-            v = _PySymInputStub(_DeconstructedSymType(v[0], v[1].extract(env)))
+            v = _PySymInputStub(_DeconstructedSymType(v[0], v[1] if env is None else v[1].extract(env)))
         out.append(v)
     return ft._DispatchCacheKey(tuple(out))
 
@@ -497,20 +501,6 @@ def learn(mode: Any, func: Any, args: tuple, kwargs: Any, out: Any, state: Any) 
     return record, (entry.is_output_tuple, described, None), fast
 
 
-def _lookup_key(items: tuple) -> Any:
-    """A key with a recorded key's items (:func:`_detached_key`), each SymInt stub
-    holding its ShapeEnv-free ``_DeconstructedSymNode``: it hashes and compares as
-    the key stock builds for the same call in any ShapeEnv (stubs compare by
-    ``_value_eq`` / ``_value_hash``), so it looks that key up in any ShapeEnv's
-    cache."""
-    out = []
-    for v in items:
-        if type(v) is tuple and len(v) == 2 and type(v[1]) is _DeconstructedSymNode:
-            v = _PySymInputStub(_DeconstructedSymType(v[0], v[1]))
-        out.append(v)
-    return ft._DispatchCacheKey(tuple(out))
-
-
 def _fast_form(sig: tuple, pending: bool, flips: bool, own_key: Any, entry: Any, nested: tuple,
                stored_keys: list) -> tuple:
     """What the extension needs to admit and commit a record itself
@@ -526,7 +516,7 @@ def _fast_form(sig: tuple, pending: bool, flips: bool, own_key: Any, entry: Any,
     if nested:
         _stored, found, misses, hits, bypasses, calls = nested
         stored = tuple(zip(stored_keys, (e for _, e in _stored)))
-        found = tuple((_lookup_key(items), reason, on_env) for items, reason, on_env in found)
+        found = tuple((_bound_key(items, None), reason, on_env) for items, reason, on_env in found)
     else:
         stored, found, misses, hits, bypasses, calls = (), (), 0, 0, (), ()
     validity = (signature_symbols(sig), tuple(e[5] for e in sig[0]))

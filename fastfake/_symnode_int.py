@@ -60,16 +60,14 @@ def clone_returning_node():
     (stock's ``return self`` on every supported release; shown on a probe node and
     by its code, which has no other instruction than returning its argument), else
     None."""
-    import dis
-
     import sympy
     from torch.fx.experimental.sym_node import SymNode
 
     fn = SymNode.__dict__.get("clone")
-    if fn is None or not hasattr(fn, "__code__"):
+    code = getattr(fn, "__code__", None)
+    if code is None or code.co_argcount != 1:
         return None
-    ops = [i.opname for i in dis.get_instructions(fn) if i.opname not in ("RESUME", "NOP", "CACHE")]
-    if ops not in (["LOAD_FAST", "RETURN_VALUE"], ["RETURN_VALUE"]) or fn.__code__.co_argcount != 1:
+    if _compat.instructions(fn) != [("LOAD_FAST", code.co_varnames[0]), ("RETURN_VALUE", None)]:
         return None
     probe = SymNode(sympy.Integer(1), None, int, 1)
     return fn if fn(probe) is probe else None
