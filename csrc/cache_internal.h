@@ -173,6 +173,9 @@ bool proxy_tracing();
 bool global_key(PyObject* mode, PyObject* func, Key& key);
 bool symbolic_key(KeyCtx& ctx);
 long long replacements_version(PyObject* env);
+// A SymNode's interned value id (memo, else the interning dict, else
+// fastfake._cache.sym_vid); -1 where it has none.
+long long node_vid(PyObject* node);
 // What stock's key computation does to the ShapeEnv (reading every argument
 // SymNode's `expr`); false with a Python error set if that raised.
 bool touch_exprs(const KeyCtx& ctx);

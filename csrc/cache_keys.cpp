@@ -85,6 +85,47 @@ c10::SymInt symint_from_node(PyObject* node) {
       py::reinterpret_borrow<py::object>(node))));
 }
 
+namespace {
+
+// The id `fastfake._cache.sym_vid` would give a SymNode whose value it has already
+// interned, read without calling it: the same five fields, taken from the instance
+// dict (`node._expr` is that entry unless the class has a data descriptor of the
+// name; SymNode defines none of them on any supported release), looked up in the
+// same dict, memoised on the node the same way. -1 where the hook must decide: a
+// value not interned yet (the hook interns it, and clears the dict when full), a
+// missing field, a descriptor, an error (the hook raises it again).
+long long interned_vid(PyObject* node) {
+  if (g_py.sym_vids == nullptr) return -1;
+  static PyObject* names[5] = {
+      PyUnicode_InternFromString("_expr"), PyUnicode_InternFromString("pytype"),
+      PyUnicode_InternFromString("_hint"), PyUnicode_InternFromString("constant"),
+      PyUnicode_InternFromString("fx_node")};
+  PyObject** dictptr = _PyObject_GetDictPtr(node);
+  if (dictptr == nullptr || *dictptr == nullptr) return -1;
+  PyObject* f[5];
+  for (int i = 0; i < 5; ++i) {
+    if (names[i] == nullptr) return -1;
+    PyObject* descr = _PyType_Lookup(Py_TYPE(node), names[i]);
+    if (descr != nullptr && Py_TYPE(descr)->tp_descr_set != nullptr) return -1;
+    f[i] = PyDict_GetItemWithError(*dictptr, names[i]); // borrowed
+    if (f[i] == nullptr) return -1;
+  }
+  PyObject* value = PyTuple_Pack(5, f[0], f[1], f[2], f[3], f[4]);
+  if (value == nullptr) return -1;
+  PyObject* found = PyDict_GetItemWithError(g_py.sym_vids, value); // borrowed
+  Py_DECREF(value);
+  if (found == nullptr || !PyLong_CheckExact(found)) return -1;
+  const long long vid = PyLong_AsLongLong(found);
+  if (vid < 0) return -1;
+  PyObject* v = PyLong_FromLongLong(vid);
+  if (v == nullptr) return -1;
+  const int rc = PyObject_SetAttr(node, g_py.s_fastfake_vid, v);
+  Py_DECREF(v);
+  return rc < 0 ? -1 : vid;
+}
+
+} // namespace
+
 // A SymNode's value id (fastfake._cache.sym_vid, memoised on the node), or -1
 // (no error set).
 long long node_vid(PyObject* node) {
@@ -92,9 +133,12 @@ long long node_vid(PyObject* node) {
   PyObject* memo = instance_attr(node, g_py.s_fastfake_vid);
   if (memo != nullptr) {
     vid = PyLong_AsLongLong(memo);
-  } else if (PyObject* r = PyObject_CallOneArg(g_py.sym_vid_hook, node)) {
-    vid = PyLong_AsLongLong(r);
-    Py_DECREF(r);
+  } else if ((vid = interned_vid(node)) < 0) {
+    PyErr_Clear();
+    if (PyObject* r = PyObject_CallOneArg(g_py.sym_vid_hook, node)) {
+      vid = PyLong_AsLongLong(r);
+      Py_DECREF(r);
+    }
   }
   if (vid < 0) PyErr_Clear();
   return vid;

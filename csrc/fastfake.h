@@ -180,6 +180,7 @@ struct PyRefs {
   PyObject* symint_type = nullptr; // torch.SymInt
   PyObject* symfloat_type = nullptr; // torch.SymFloat (set by _C.setup_rerun())
   PyObject* sym_vid_hook = nullptr; // fastfake._cache.sym_vid
+  PyObject* sym_vids = nullptr; // fastfake._cache._VIDS, the hook's interning dict
   PyObject* sym_valid_hook = nullptr; // fastfake._cache.still_valid
   PyObject* sym_capture_hook = nullptr; // fastfake._cache.capture_begin
   PyObject* s_node = nullptr; // "node"

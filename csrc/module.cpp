@@ -142,13 +142,20 @@ PYBIND11_MODULE(_C, m) {
          py::handle symint_type,
          py::handle sym_vid_hook,
          py::handle sym_valid_hook,
-         py::handle sym_capture_hook) {
+         py::handle sym_capture_hook,
+         py::handle sym_vids) {
         set_ref(g_py.symnode_type, symnode_type);
         set_ref(g_py.symint_type, symint_type);
         set_ref(g_py.sym_vid_hook, sym_vid_hook);
         set_ref(g_py.sym_valid_hook, sym_valid_hook);
         set_ref(g_py.sym_capture_hook, sym_capture_hook);
+        if (!sym_vids.is_none() && !PyDict_CheckExact(sym_vids.ptr())) {
+          throw py::type_error("sym_vids must be a dict or None");
+        }
+        set_ref(g_py.sym_vids, sym_vids);
       },
+      py::arg("symnode_type"), py::arg("symint_type"), py::arg("sym_vid_hook"),
+      py::arg("sym_valid_hook"), py::arg("sym_capture_hook"), py::arg("sym_vids") = py::none(),
       "Bind SymNode, SymInt and the helpers of symbolic cache keys and entries.");
 
   m.def(
@@ -310,6 +317,10 @@ PYBIND11_MODULE(_C, m) {
       [](py::handle clone) { cache_detail::set_symint_clone(clone.ptr()); },
       "SymNode.clone, proven to return its node (None: not proven): symbolic sizes of "
       "rebuilt outputs are then laid out without c10's per-value Python calls.");
+  m.def(
+      "_node_vid",
+      [](py::handle node) { return cache_detail::node_vid(node.ptr()); },
+      "Test hook: the value id the result cache keys a SymNode by (-1: none).");
   m.def(
       "set_symnode_template",
       [](py::handle init) { cache_detail::set_symnode_template(init.ptr()); },

@@ -30,6 +30,7 @@ def setup_symbolic(
     sym_vid_hook: Callable[[Any], int],
     sym_valid_hook: Callable[[Any, Any], bool],
     sym_capture_hook: Callable[[Any, Any, Any], None],
+    sym_vids: dict | None = None,
 ) -> None:
     """Bind what symbolic cache keys and entries need: ``SymNode`` (new output
     SymNodes are built as ``SymNode(expr, shape_env, pytype, hint, constant, fx_node,
@@ -37,7 +38,11 @@ def setup_symbolic(
     ``fastfake._cache``: ``sym_vid(node)`` (interned value id, memoised on the
     node), ``still_valid(shape_env, validity)`` (an entry's symbols still have the
     replacements it was recorded under) and ``capture_begin(mode, func, args)``
-    (collect the output stock synthesises for this call's new entry)."""
+    (collect the output stock synthesises for this call's new entry). ``sym_vids``
+    is the hook's interning dict (``fastfake._cache._VIDS``): a node whose value it
+    already holds gets its id in C++, from the same five instance-dict fields, the
+    hook only for new values (and wherever a field is missing or the class has a
+    data descriptor of its name)."""
 
 
 def set_symint_clone(clone: Any) -> None:
@@ -59,6 +64,11 @@ def set_symnode_kinds(is_int: Any, is_float: Any, is_bool: Any) -> None:
     """``SymNode.is_int`` / ``is_float`` / ``is_bool`` where each is the proven ``return
     self.pytype is <type>`` (``fastfake._compat.symnode_kind_methods``), else None:
     a recipe's new SymNodes then answer c10's kind questions without a Python call."""
+
+def _node_vid(node: Any) -> int:
+    """Test hook: the value id the result cache keys a SymNode by (memo, the
+    interning dict, else the hook); -1 where it has none."""
+
 
 def _new_symnodes(fields: tuple, envs: list[Any]) -> list[Any]:
     """Testing: the SymNodes one recipe value ``(expr, pytype, hint, constant,

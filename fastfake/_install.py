@@ -138,7 +138,7 @@ def _setup() -> None:
     ft, stats_mod = _torch_internals()
     from torch.fx.experimental.sym_node import SymNode
 
-    from ._cache import capture_begin, learn, still_valid, sym_vid
+    from ._cache import _VIDS, capture_begin, learn, still_valid, sym_vid
     from ._crosscheck import check
 
     _C.setup(
@@ -157,7 +157,8 @@ def _setup() -> None:
         torch.ops.prim.device.default,
         _compat.fake_device_attr(),
     )
-    _C.setup_symbolic(SymNode, torch.SymInt, sym_vid, still_valid, capture_begin)
+    # (values already interned are looked up in C++, in the hook's own dict)
+    _C.setup_symbolic(SymNode, torch.SymInt, sym_vid, still_valid, capture_begin, _VIDS)
     # (a recipe's new SymNodes copied from the first one's instance dict, where
     # SymNode's constructor is one fastfake knows: csrc/cache_rebuild.cpp)
     init = vars(SymNode).get("__init__")
