@@ -46,6 +46,10 @@ struct SymVal {
   // New: the instance dict SymNode's constructor built for these fields (with
   // `shape_env` None), once one was built (cache_rebuild.cpp's new_node); owned
   mutable PyObject* proto = nullptr;
+  // New: the interned value id of `proto`'s fields, in generation `vid_gen`
+  // (-1: not looked up, or not interned then)
+  mutable long long vid = -1;
+  mutable uint64_t vid_gen = 0;
 };
 
 // Derived quantities cached in a SymbolicShapeMeta.
@@ -176,6 +180,19 @@ long long replacements_version(PyObject* env);
 // A SymNode's interned value id (memo, else the interning dict, else
 // fastfake._cache.sym_vid); -1 where it has none.
 long long node_vid(PyObject* node);
+// The id fastfake._cache.sym_vid interned for a value, given its five fields
+// (_expr, pytype, _hint, constant, fx_node); -1 where it has none yet (an error
+// may be set). Ids hold until the interning dict is emptied, which bumps the
+// generation (vids_cleared, called by the hook).
+PyObject* const* vid_field_names();
+// ShapeEnvSettings, its __hash__ and the fields it hashes, where proven
+// (fastfake._compat.settings_hash_fields; None: not proven); and hash(settings)
+// as the key computes it (a test hook).
+void set_settings_hash(PyObject* type, PyObject* fn, const std::vector<PyObject*>& fields);
+Py_hash_t settings_hash_for_test(PyObject* settings);
+long long interned_value_vid(PyObject* const f[5]);
+void vids_cleared();
+uint64_t vid_generation();
 // What stock's key computation does to the ShapeEnv (reading every argument
 // SymNode's `expr`); false with a Python error set if that raised.
 bool touch_exprs(const KeyCtx& ctx);
@@ -219,6 +236,9 @@ void set_symint_clone(PyObject* clone);
 // is SymNode's constructor, a recipe's new SymNodes are copies of the first
 // one's dict.
 void set_symnode_template(PyObject* init);
+// Whether a template's new SymNodes carry the value id memo where the value is
+// interned (default on); returns the previous setting.
+bool set_template_vids(bool on);
 // SymNode.is_int / is_float / is_bool where each is the proven `return
 // self.pytype is <type>` (fastfake/_install.py), else None: a recipe's new
 // SymNodes then answer c10's kind questions without a Python call.

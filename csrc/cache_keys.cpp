@@ -85,6 +85,34 @@ c10::SymInt symint_from_node(PyObject* node) {
       py::reinterpret_borrow<py::object>(node))));
 }
 
+uint64_t g_vid_generation = 0;
+
+PyObject* const* vid_field_names() {
+  static PyObject* names[5] = {
+      PyUnicode_InternFromString("_expr"), PyUnicode_InternFromString("pytype"),
+      PyUnicode_InternFromString("_hint"), PyUnicode_InternFromString("constant"),
+      PyUnicode_InternFromString("fx_node")};
+  return names;
+}
+
+long long interned_value_vid(PyObject* const f[5]) {
+  if (g_py.sym_vids == nullptr) return -1;
+  PyObject* value = PyTuple_Pack(5, f[0], f[1], f[2], f[3], f[4]);
+  if (value == nullptr) return -1;
+  PyObject* found = PyDict_GetItemWithError(g_py.sym_vids, value); // borrowed
+  Py_DECREF(value);
+  if (found == nullptr || !PyLong_CheckExact(found)) return -1;
+  return PyLong_AsLongLong(found);
+}
+
+void vids_cleared() {
+  ++g_vid_generation;
+}
+
+uint64_t vid_generation() {
+  return g_vid_generation;
+}
+
 namespace {
 
 // The id `fastfake._cache.sym_vid` would give a SymNode whose value it has already
@@ -96,26 +124,18 @@ namespace {
 // missing field, a descriptor, an error (the hook raises it again).
 long long interned_vid(PyObject* node) {
   if (g_py.sym_vids == nullptr) return -1;
-  static PyObject* names[5] = {
-      PyUnicode_InternFromString("_expr"), PyUnicode_InternFromString("pytype"),
-      PyUnicode_InternFromString("_hint"), PyUnicode_InternFromString("constant"),
-      PyUnicode_InternFromString("fx_node")};
   PyObject** dictptr = _PyObject_GetDictPtr(node);
   if (dictptr == nullptr || *dictptr == nullptr) return -1;
   PyObject* f[5];
   for (int i = 0; i < 5; ++i) {
-    if (names[i] == nullptr) return -1;
-    PyObject* descr = _PyType_Lookup(Py_TYPE(node), names[i]);
+    PyObject* name = vid_field_names()[i];
+    if (name == nullptr) return -1;
+    PyObject* descr = _PyType_Lookup(Py_TYPE(node), name);
     if (descr != nullptr && Py_TYPE(descr)->tp_descr_set != nullptr) return -1;
-    f[i] = PyDict_GetItemWithError(*dictptr, names[i]); // borrowed
+    f[i] = PyDict_GetItemWithError(*dictptr, name); // borrowed
     if (f[i] == nullptr) return -1;
   }
-  PyObject* value = PyTuple_Pack(5, f[0], f[1], f[2], f[3], f[4]);
-  if (value == nullptr) return -1;
-  PyObject* found = PyDict_GetItemWithError(g_py.sym_vids, value); // borrowed
-  Py_DECREF(value);
-  if (found == nullptr || !PyLong_CheckExact(found)) return -1;
-  const long long vid = PyLong_AsLongLong(found);
+  const long long vid = interned_value_vid(f);
   if (vid < 0) return -1;
   PyObject* v = PyLong_FromLongLong(vid);
   if (v == nullptr) return -1;
@@ -369,6 +389,84 @@ bool proxy_tracing() {
       PyList_GET_ITEM(pre, 0) != Py_None;
 }
 
+namespace {
+// ShapeEnvSettings and its __hash__ where that is proven to hash the tuple of the
+// fields it reads (fastfake._compat.settings_hash_fields), and those fields' names
+struct SettingsHash {
+  PyObject* type = nullptr;
+  PyObject* fn = nullptr;
+  std::vector<PyObject*> fields;
+  // the last settings object hashed: its fields' values (owned) and hash
+  std::vector<PyObject*> values;
+  Py_hash_t hash = -1;
+} g_settings;
+
+void drop_values() {
+  for (PyObject* v : g_settings.values) Py_DECREF(v);
+  g_settings.values.clear();
+}
+
+// The fields of a settings object of the proven class (new references), or false.
+bool settings_values(PyObject* settings, std::vector<PyObject*>& out) {
+  static PyObject* s_hash = PyUnicode_InternFromString("__hash__");
+  auto* tp = reinterpret_cast<PyTypeObject*>(g_settings.type);
+  if (tp == nullptr || s_hash == nullptr || Py_TYPE(settings) != tp ||
+      PyDict_GetItemWithError(tp->tp_dict, s_hash) != g_settings.fn) {
+    return false;
+  }
+  for (PyObject* name : g_settings.fields) {
+    PyObject* v = PyObject_GetAttr(settings, name);
+    if (v == nullptr) {
+      PyErr_Clear();
+      for (PyObject* o : out) Py_DECREF(o);
+      out.clear();
+      return false;
+    }
+    out.push_back(v);
+  }
+  return true;
+}
+
+// hash(settings), without calling its __hash__ where its fields are the same
+// objects as the last hashed one's (that hash is a function of them).
+Py_hash_t settings_hash(PyObject* settings) {
+  std::vector<PyObject*> values;
+  if (settings_values(settings, values)) {
+    if (values == g_settings.values && g_settings.hash != -1) {
+      for (PyObject* v : values) Py_DECREF(v);
+      return g_settings.hash;
+    }
+    const Py_hash_t h = PyObject_Hash(settings);
+    drop_values();
+    if (h != -1) {
+      g_settings.values = std::move(values);
+      g_settings.hash = h;
+    } else {
+      for (PyObject* v : values) Py_DECREF(v);
+    }
+    return h;
+  }
+  return PyObject_Hash(settings);
+}
+} // namespace
+
+void set_settings_hash(PyObject* type, PyObject* fn, const std::vector<PyObject*>& fields) {
+  drop_values();
+  g_settings.hash = -1;
+  for (PyObject* f : g_settings.fields) Py_DECREF(f);
+  g_settings.fields.clear();
+  Py_CLEAR(g_settings.type);
+  Py_CLEAR(g_settings.fn);
+  if (type == nullptr || type == Py_None || fn == nullptr || fn == Py_None) return;
+  g_settings.type = Py_NewRef(type);
+  g_settings.fn = Py_NewRef(fn);
+  for (PyObject* f : fields) g_settings.fields.push_back(Py_NewRef(f));
+}
+
+Py_hash_t settings_hash_for_test(PyObject* settings) {
+  return settings_hash(settings);
+}
+
 bool global_key(PyObject* mode, PyObject* func, Key& key) {
   key.push_back(reinterpret_cast<intptr_t>(func));
   key.push_back(static_cast<int64_t>(c10::typeMetaToScalarType(c10::get_default_dtype())));
@@ -391,7 +489,7 @@ bool global_key(PyObject* mode, PyObject* func, Key& key) {
   static Py_hash_t last_hash = -1;
   Py_hash_t h = last_hash;
   if (settings != last_settings) {
-    h = PyObject_Hash(settings);
+    h = settings_hash(settings);
     if (h == -1) {
       PyErr_Clear();
       Py_DECREF(settings);

@@ -38,6 +38,7 @@ namespace cache_detail {
 // ---------------------------------------------------------------------------
 namespace {
 PyObject* g_init_proven = nullptr; // SymNode.__init__, one fastfake knows
+bool g_template_vids = true; // template nodes carry their value id memo
 PyObject* g_s_shape_env = nullptr;
 PyObject* g_s_init = nullptr;
 
@@ -70,7 +71,35 @@ PyObject* template_of(PyObject* node) {
 }
 
 // A SymNode with the kept dict and this ShapeEnv (new reference), or nullptr.
-PyObject* from_template(const KeyCtx& ctx, PyObject* proto) {
+// The value id of a template's fields where the hook has interned them (the
+// same objects in every copy, so the id holds for every node made from it while
+// the interning dict keeps them; looked up once per generation), else -1.
+long long template_vid(const SymVal& v) {
+  if (v.vid >= 0 && v.vid_gen == vid_generation()) return v.vid;
+  PyObject* f[5];
+  for (int i = 0; i < 5; ++i) {
+    f[i] = PyDict_GetItemWithError(v.proto, vid_field_names()[i]); // borrowed
+    if (f[i] == nullptr) {
+      PyErr_Clear();
+      return -1;
+    }
+  }
+  const long long vid = interned_value_vid(f);
+  if (vid < 0) {
+    PyErr_Clear();
+    return -1; // (not interned yet: the node's first key interns it)
+  }
+  v.vid = vid;
+  v.vid_gen = vid_generation();
+  return vid;
+}
+
+// A new SymNode from a template: the constructor's instance dict for the
+// value, with this ShapeEnv, and the value id memo `fastfake._cache.sym_vid`
+// would set on it (`_fastfake_vid`, its last attribute) where the value is
+// already interned, so the node's first key does not look it up.
+PyObject* from_template(const KeyCtx& ctx, const SymVal& v) {
+  PyObject* proto = v.proto;
   // (object.__new__(SymNode), as the constructor's call starts: new_node checked
   // that SymNode has no __new__ of its own)
   static PyObject* no_args = PyTuple_New(0);
@@ -79,9 +108,24 @@ PyObject* from_template(const KeyCtx& ctx, PyObject* proto) {
   PyObject* node = tp->tp_new(tp, no_args, nullptr);
   if (node == nullptr) return nullptr;
   PyObject* d = PyDict_Copy(proto);
-  if (d == nullptr || PyDict_SetItem(d, g_s_shape_env, ctx.shape_env) < 0 ||
-      PyObject_GenericSetDict(node, d, nullptr) < 0) {
+  if (d == nullptr || PyDict_SetItem(d, g_s_shape_env, ctx.shape_env) < 0) {
     Py_XDECREF(d);
+    Py_DECREF(node);
+    return nullptr;
+  }
+  const long long vid = g_template_vids ? template_vid(v) : -1;
+  if (vid >= 0) {
+    PyObject* id = PyLong_FromLongLong(vid);
+    if (id == nullptr || PyDict_SetItem(d, g_py.s_fastfake_vid, id) < 0) {
+      Py_XDECREF(id);
+      Py_DECREF(d);
+      Py_DECREF(node);
+      return nullptr;
+    }
+    Py_DECREF(id);
+  }
+  if (PyObject_GenericSetDict(node, d, nullptr) < 0) {
+    Py_DECREF(d);
     Py_DECREF(node);
     return nullptr;
   }
@@ -154,6 +198,12 @@ void set_symnode_template(PyObject* init) {
   Py_XSETREF(g_init_proven, i);
 }
 
+bool set_template_vids(bool on) {
+  const bool was = g_template_vids;
+  g_template_vids = on;
+  return was;
+}
+
 c10::SymNode new_node(const KeyCtx& ctx, const SymVal& v) {
   PyObject* f = v.fields;
   // (a missing hint is computed from the ShapeEnv; translation validation keeps
@@ -165,7 +215,7 @@ c10::SymNode new_node(const KeyCtx& ctx, const SymVal& v) {
       PyDict_GetItemWithError(tp->tp_dict, g_s_init) == g_init_proven; // (the class's own)
   PyObject* node = nullptr;
   if (templated && v.proto != nullptr) {
-    node = from_template(ctx, v.proto);
+    node = from_template(ctx, v);
     if (node == nullptr) return c10::SymNode();
   } else {
     PyObject* argv[7] = {PyTuple_GET_ITEM(f, 0), ctx.shape_env, PyTuple_GET_ITEM(f, 1),

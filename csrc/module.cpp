@@ -322,6 +322,37 @@ PYBIND11_MODULE(_C, m) {
       [](py::handle node) { return cache_detail::node_vid(node.ptr()); },
       "Test hook: the value id the result cache keys a SymNode by (-1: none).");
   m.def(
+      "set_settings_hash",
+      [](py::handle type, py::handle fn, std::vector<py::handle> fields) {
+        std::vector<PyObject*> f;
+        for (auto h : fields) f.push_back(h.ptr());
+        cache_detail::set_settings_hash(type.ptr(), fn.ptr(), f);
+      },
+      py::arg("type"), py::arg("fn"), py::arg("fields"),
+      "ShapeEnvSettings, its __hash__ and the field names it hashes where "
+      "fastfake._compat.settings_hash_fields proves it (None, None, () otherwise): a "
+      "new ShapeEnv's settings whose fields are the same objects as the last hashed "
+      "one's reuse its hash in the cache key.");
+  m.def(
+      "_settings_hash",
+      [](py::handle settings) {
+        const Py_hash_t h = cache_detail::settings_hash_for_test(settings.ptr());
+        if (h == -1 && PyErr_Occurred()) throw py::error_already_set();
+        return h;
+      },
+      "Test hook: hash(settings) as the result cache's key computes it.");
+  m.def(
+      "vids_cleared",
+      []() { cache_detail::vids_cleared(); },
+      "fastfake._cache.sym_vid emptied its interning dict: value ids C++ looked up "
+      "before are not reused.");
+  m.def(
+      "set_template_vids",
+      [](bool on) { return cache_detail::set_template_vids(on); },
+      py::arg("on"),
+      "Whether SymNodes made from a template carry the value id memo "
+      "(`_fastfake_vid`) where their value is interned; returns the previous setting.");
+  m.def(
       "set_symnode_template",
       [](py::handle init) { cache_detail::set_symnode_template(init.ptr()); },
       "SymNode.__init__ where it is one fastfake knows (fastfake._compat."
@@ -336,6 +367,16 @@ PYBIND11_MODULE(_C, m) {
         v.fields = fields.inc_ref().ptr();
         py::list out;
         for (const auto& env : envs) {
+          if (PyCallable_Check(env.ptr())) { // (a step between two nodes)
+            try {
+              env();
+            } catch (...) {
+              Py_CLEAR(v.fields);
+              Py_CLEAR(v.proto);
+              throw;
+            }
+            continue;
+          }
           cache_detail::KeyCtx ctx{Py_None, {}, {}, CacheBypassArgType};
           ctx.shape_env = env.ptr();
           c10::SymInt s;
@@ -352,7 +393,7 @@ PYBIND11_MODULE(_C, m) {
       },
       "Testing: the SymNodes a result-cache recipe value (expr, pytype, hint, constant, "
       "fx_node, optimized_summation) gets in each ShapeEnv in turn, as rebuilt outputs "
-      "get them.");
+      "get them (a callable among the ShapeEnvs is called at its turn).");
   m.def(
       "set_symnode_kinds",
       [](py::handle is_int, py::handle is_float, py::handle is_bool) {

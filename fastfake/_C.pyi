@@ -65,6 +65,31 @@ def set_symnode_kinds(is_int: Any, is_float: Any, is_bool: Any) -> None:
     self.pytype is <type>`` (``fastfake._compat.symnode_kind_methods``), else None:
     a recipe's new SymNodes then answer c10's kind questions without a Python call."""
 
+def set_settings_hash(type: Any, fn: Any, fields: list[str]) -> None:
+    """``ShapeEnvSettings``, its ``__hash__`` and the field names it hashes, where
+    ``fastfake._compat.settings_hash_fields`` proves that ``__hash__`` is
+    ``hash((self.f1, ..., self.fn))`` (``None, None, ()`` otherwise). The result
+    cache's key holds the settings' hash: a new ShapeEnv's settings whose fields are
+    the same objects as the last hashed one's reuse its hash instead of calling
+    ``__hash__`` (while the class's ``__hash__`` is still that function)."""
+
+
+def _settings_hash(settings: Any) -> int:
+    """Test hook: ``hash(settings)`` as the result cache's key computes it."""
+
+
+def vids_cleared() -> None:
+    """``fastfake._cache.sym_vid`` emptied its interning dict: value ids C++ looked
+    up before (the ones template SymNodes carry) are not reused."""
+
+
+def set_template_vids(on: bool) -> bool:
+    """Whether SymNodes made from a template (:func:`set_symnode_template`) carry
+    the value id memo ``_fastfake_vid`` where their value is interned, so their
+    first cache key does not look it up (default on); returns the previous
+    setting."""
+
+
 def _node_vid(node: Any) -> int:
     """Test hook: the value id the result cache keys a SymNode by (memo, the
     interning dict, else the hook); -1 where it has none."""
@@ -74,7 +99,8 @@ def _new_symnodes(fields: tuple, envs: list[Any]) -> list[Any]:
     """Testing: the SymNodes one recipe value ``(expr, pytype, hint, constant,
     fx_node, optimized_summation)`` gets in each ShapeEnv in turn, as rebuilt
     outputs get them (the first by the constructor, later ones from its dict where
-    :func:`set_symnode_template` allows)."""
+    :func:`set_symnode_template` allows). A callable among ``envs`` is called at
+    its turn (a step between two nodes of the same recipe value)."""
 
 def _symbolic_layout(sizes: list[Any], strides: list[Any], offset: Any, direct: bool) -> tuple:
     """Testing: ``(sizes, strides, storage_offset, has_symbolic_sizes_strides)`` of a

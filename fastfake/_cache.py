@@ -43,6 +43,7 @@ def sym_vid(node) -> int:
     if vid is None:
         if len(_VIDS) >= _MAX_VIDS:
             _VIDS.clear()
+            _C.vids_cleared()  # (ids C++ looked up are not reused)
         vid = _VIDS[value] = next(_NEXT_VID)
     node._fastfake_vid = vid
     return vid

@@ -15,7 +15,9 @@ built for its first one, with their own ShapeEnv. Each must equal what
 ``SymNode(...)`` builds in that ShapeEnv (the same attributes in the same order,
 the same values), for random fields, and the constructor must be used where the
 template does not hold (a missing hint, translation validation, another
-``__init__``)."""
+``__init__``). Where the value is interned for the result cache's keys, a
+template node also carries the id ``fastfake._cache.sym_vid`` gives it then, also
+across the interning dict being emptied between two nodes of the same value."""
 from __future__ import annotations
 
 import random
@@ -28,7 +30,7 @@ from torch.fx.experimental.sym_node import SymNode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 import fastfake
-from fastfake import _C, _symnode_int
+from fastfake import _C, _cache, _symnode_int
 from parity import shape_env_fields, symbolic_fake
 
 pytestmark = pytest.mark.skipif(
@@ -148,28 +150,70 @@ def _constructed(fields: tuple, env) -> SymNode:
     return SymNode(expr, env, pytype, hint, constant, fx_node, summation)
 
 
-def _same_node(a: SymNode, b: SymNode) -> None:
+def _same_node(a: SymNode, b: SymNode, vids: dict | None = None) -> None:
+    """``a`` (made by fastfake) equals the constructor's ``b``; a value id memo on
+    ``a`` (a template node whose value was interned) must be its last attribute and
+    the id the interning dict ``vids`` held for the value when ``a`` was made (ids
+    are never reused: a memo set before the dict was emptied still names its value)."""
     assert type(a) is type(b) is SymNode
-    va, vb = vars(a), vars(b)
+    va, vb = dict(vars(a)), vars(b)
+    if "_fastfake_vid" in va:
+        assert vids is not None and list(va)[-1] == "_fastfake_vid"
+        value = (a._expr, a.pytype, a._hint, a.constant, a.fx_node)
+        assert va.pop("_fastfake_vid") == vids.get(value), "a stale or wrong value id"
     assert list(va) == list(vb), (list(va), list(vb))
     for k in va:
         assert type(va[k]) is type(vb[k]) and (va[k] is vb[k] or va[k] == vb[k]), (k, va[k], vb[k])
 
 
+def _template_runs(rng: random.Random, runs: int) -> int:
+    """Random recipe values, each built in a run of ShapeEnvs, their values interned
+    (or not) and the interning dict emptied in between; returns how many template
+    nodes carried a value id."""
+    carried = 0
+    for _ in range(runs):
+        fields = _fields(rng)
+        if rng.random() < 0.5:  # the value interned, as a key of an earlier call does
+            _cache.sym_vid(_constructed(fields, ShapeEnv()))
+        envs = [ShapeEnv() for _ in range(rng.randrange(2, 6))]
+        steps, seen = [], []
+        for env in envs:  # after each node: the dict as it was, then other values
+            # interned (the dict fills and empties)
+            steps += [env, lambda: seen.append(dict(_cache._VIDS))]
+            steps += [lambda: _intern_other(rng)] * rng.randrange(3)
+        nodes = _C._new_symnodes(fields, steps)
+        for env, node, vids in zip(envs, nodes, seen):
+            assert node.shape_env is env
+            _same_node(node, _constructed(fields, env), vids)
+            carried += "_fastfake_vid" in vars(node)
+        assert len({id(n) for n in nodes}) == len(nodes)
+    return carried
+
+
+def _intern_other(rng: random.Random) -> None:
+    fields = _fields(rng)
+    if rng.random() < 0.7:  # another value
+        fields = (fields[0], int, rng.randrange(1000, 2000), None, None, False)
+    _cache.sym_vid(_constructed(fields, ShapeEnv()))
+
+
 @pytest.mark.parametrize("seed", range(4))
-def test_template_nodes_equal_constructed_ones(installed, seed):
+def test_template_nodes_equal_constructed_ones(installed, monkeypatch, seed):
     """Random recipe values, each built in a run of ShapeEnvs (the first by the
     constructor, the rest from its dict): every node equals the constructor's in
-    its ShapeEnv and holds that ShapeEnv."""
-    rng = random.Random(seed)
-    for _ in range(25):
-        fields = _fields(rng)
-        envs = [ShapeEnv() for _ in range(rng.randrange(2, 5))]
-        nodes = _C._new_symnodes(fields, envs)
-        for env, node in zip(envs, nodes):
-            assert node.shape_env is env
-            _same_node(node, _constructed(fields, env))
-        assert len({id(n) for n in nodes}) == len(nodes)
+    its ShapeEnv and holds that ShapeEnv; where the value is interned, it carries
+    the id the hook gives it, also after the interning dict was emptied."""
+    monkeypatch.setattr(_cache, "_MAX_VIDS", 7)
+    assert _template_runs(random.Random(seed), 25) > 5
+
+
+def test_a_stale_value_id_is_caught(installed, monkeypatch):
+    """The check can fail: if emptying the interning dict did not reach C++, ids
+    from before it would be carried."""
+    monkeypatch.setattr(_cache, "_MAX_VIDS", 7)
+    monkeypatch.setattr(_C, "vids_cleared", lambda: None)
+    with pytest.raises(AssertionError, match="stale or wrong value id"):
+        _template_runs(random.Random(0), 25)
 
 
 def test_template_left_where_it_does_not_hold(installed, monkeypatch):
@@ -204,3 +248,12 @@ def test_init_proven_on_this_release():
     from fastfake import _compat
 
     assert _compat.symnode_init_source_digest(vars(SymNode)["__init__"]) in _compat.SYMNODE_INIT_SOURCES
+
+
+def test_template_vids_switch(installed):
+    was = _C.set_template_vids(False)
+    try:
+        assert _template_runs(random.Random(1), 10) == 0
+    finally:
+        _C.set_template_vids(was)
+    assert was is True
