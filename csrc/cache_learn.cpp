@@ -111,19 +111,34 @@ std::vector<std::pair<Derived, const c10::SymBool*>> memoised_flags(const c10::S
   return out;
 }
 
+// Whether a memoised derived value is one learn_derived can describe: a plain
+// value, or a SymNode of this call's ShapeEnv (its fields are not read here).
+bool describable(const KeyCtx& ctx, const c10::SymNodeImpl* n) {
+  PyObject* node = py_sym_node(const_cast<c10::SymNodeImpl*>(n));
+  return node != nullptr && instance_attr(node, g_py.s_shape_env) == ctx.shape_env;
+}
+
 // A bit per derived value a symbolic FakeTensor argument has memoised; 0 for
-// anything else. Sets *ok = false when the values cannot be read.
+// anything else. Sets *ok = false when a value is not one learn_derived can
+// describe.
 uint32_t derived_mask(const KeyCtx& ctx, PyObject* a, bool* ok) {
   if (!is_fake_exact(a)) return 0;
   const c10::TensorImpl* impl = THPVariable_Unpack(a).unsafeGetTensorImpl();
-  std::vector<std::pair<Derived, SymVal>> d;
-  if (!learn_derived(ctx, impl, d)) {
+  if (!impl->has_symbolic_sizes_strides()) return 0;
+  uint32_t m = 1u << 31;
+  const c10::SymbolicShapeMeta* meta = shape_meta(impl);
+  if (meta == nullptr) {
     *ok = false;
+    return m;
   }
-  uint32_t m = impl->has_symbolic_sizes_strides() ? 1u << 31 : 0;
-  for (auto& [k, v] : d) {
-    m |= 1u << k;
-    Py_CLEAR(v.fields);
+  if (meta->has_numel()) {
+    m |= 1u << kNumel;
+    const c10::SymInt& n = meta->numel();
+    if (n.is_heap_allocated() && !describable(ctx, n.toSymNodeImplUnowned())) *ok = false;
+  }
+  for (const auto& [d, flag] : memoised_flags(*meta)) {
+    m |= 1u << d;
+    if (flag->is_heap_allocated() && !describable(ctx, flag->toSymNodeImplUnowned())) *ok = false;
   }
   return m;
 }
