@@ -185,11 +185,6 @@ long long node_vid(PyObject* node);
 // may be set). Ids hold until the interning dict is emptied, which bumps the
 // generation (vids_cleared, called by the hook).
 PyObject* const* vid_field_names();
-// ShapeEnvSettings, its __hash__ and the fields it hashes, where proven
-// (fastfake._compat.settings_hash_fields; None: not proven); and hash(settings)
-// as the key computes it (a test hook).
-void set_settings_hash(PyObject* type, PyObject* fn, const std::vector<PyObject*>& fields);
-Py_hash_t settings_hash_for_test(PyObject* settings);
 long long interned_value_vid(PyObject* const f[5]);
 void vids_cleared();
 uint64_t vid_generation();

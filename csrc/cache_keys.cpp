@@ -389,84 +389,6 @@ bool proxy_tracing() {
       PyList_GET_ITEM(pre, 0) != Py_None;
 }
 
-namespace {
-// ShapeEnvSettings and its __hash__ where that is proven to hash the tuple of the
-// fields it reads (fastfake._compat.settings_hash_fields), and those fields' names
-struct SettingsHash {
-  PyObject* type = nullptr;
-  PyObject* fn = nullptr;
-  std::vector<PyObject*> fields;
-  // the last settings object hashed: its fields' values (owned) and hash
-  std::vector<PyObject*> values;
-  Py_hash_t hash = -1;
-} g_settings;
-
-void drop_values() {
-  for (PyObject* v : g_settings.values) Py_DECREF(v);
-  g_settings.values.clear();
-}
-
-// The fields of a settings object of the proven class (new references), or false.
-bool settings_values(PyObject* settings, std::vector<PyObject*>& out) {
-  static PyObject* s_hash = PyUnicode_InternFromString("__hash__");
-  auto* tp = reinterpret_cast<PyTypeObject*>(g_settings.type);
-  if (tp == nullptr || s_hash == nullptr || Py_TYPE(settings) != tp ||
-      PyDict_GetItemWithError(tp->tp_dict, s_hash) != g_settings.fn) {
-    return false;
-  }
-  for (PyObject* name : g_settings.fields) {
-    PyObject* v = PyObject_GetAttr(settings, name);
-    if (v == nullptr) {
-      PyErr_Clear();
-      for (PyObject* o : out) Py_DECREF(o);
-      out.clear();
-      return false;
-    }
-    out.push_back(v);
-  }
-  return true;
-}
-
-// hash(settings), without calling its __hash__ where its fields are the same
-// objects as the last hashed one's (that hash is a function of them).
-Py_hash_t settings_hash(PyObject* settings) {
-  std::vector<PyObject*> values;
-  if (settings_values(settings, values)) {
-    if (values == g_settings.values && g_settings.hash != -1) {
-      for (PyObject* v : values) Py_DECREF(v);
-      return g_settings.hash;
-    }
-    const Py_hash_t h = PyObject_Hash(settings);
-    drop_values();
-    if (h != -1) {
-      g_settings.values = std::move(values);
-      g_settings.hash = h;
-    } else {
-      for (PyObject* v : values) Py_DECREF(v);
-    }
-    return h;
-  }
-  return PyObject_Hash(settings);
-}
-} // namespace
-
-void set_settings_hash(PyObject* type, PyObject* fn, const std::vector<PyObject*>& fields) {
-  drop_values();
-  g_settings.hash = -1;
-  for (PyObject* f : g_settings.fields) Py_DECREF(f);
-  g_settings.fields.clear();
-  Py_CLEAR(g_settings.type);
-  Py_CLEAR(g_settings.fn);
-  if (type == nullptr || type == Py_None || fn == nullptr || fn == Py_None) return;
-  g_settings.type = Py_NewRef(type);
-  g_settings.fn = Py_NewRef(fn);
-  for (PyObject* f : fields) g_settings.fields.push_back(Py_NewRef(f));
-}
-
-Py_hash_t settings_hash_for_test(PyObject* settings) {
-  return settings_hash(settings);
-}
-
 bool global_key(PyObject* mode, PyObject* func, Key& key) {
   key.push_back(reinterpret_cast<intptr_t>(func));
   key.push_back(static_cast<int64_t>(c10::typeMetaToScalarType(c10::get_default_dtype())));
@@ -489,7 +411,7 @@ bool global_key(PyObject* mode, PyObject* func, Key& key) {
   static Py_hash_t last_hash = -1;
   Py_hash_t h = last_hash;
   if (settings != last_settings) {
-    h = settings_hash(settings);
+    h = PyObject_Hash(settings);
     if (h == -1) {
       PyErr_Clear();
       Py_DECREF(settings);

@@ -322,26 +322,6 @@ PYBIND11_MODULE(_C, m) {
       [](py::handle node) { return cache_detail::node_vid(node.ptr()); },
       "Test hook: the value id the result cache keys a SymNode by (-1: none).");
   m.def(
-      "set_settings_hash",
-      [](py::handle type, py::handle fn, std::vector<py::handle> fields) {
-        std::vector<PyObject*> f;
-        for (auto h : fields) f.push_back(h.ptr());
-        cache_detail::set_settings_hash(type.ptr(), fn.ptr(), f);
-      },
-      py::arg("type"), py::arg("fn"), py::arg("fields"),
-      "ShapeEnvSettings, its __hash__ and the field names it hashes where "
-      "fastfake._compat.settings_hash_fields proves it (None, None, () otherwise): a "
-      "new ShapeEnv's settings whose fields are the same objects as the last hashed "
-      "one's reuse its hash in the cache key.");
-  m.def(
-      "_settings_hash",
-      [](py::handle settings) {
-        const Py_hash_t h = cache_detail::settings_hash_for_test(settings.ptr());
-        if (h == -1 && PyErr_Occurred()) throw py::error_already_set();
-        return h;
-      },
-      "Test hook: hash(settings) as the result cache's key computes it.");
-  m.def(
       "vids_cleared",
       []() { cache_detail::vids_cleared(); },
       "fastfake._cache.sym_vid emptied its interning dict: value ids C++ looked up "

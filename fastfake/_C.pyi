@@ -65,19 +65,6 @@ def set_symnode_kinds(is_int: Any, is_float: Any, is_bool: Any) -> None:
     self.pytype is <type>`` (``fastfake._compat.symnode_kind_methods``), else None:
     a recipe's new SymNodes then answer c10's kind questions without a Python call."""
 
-def set_settings_hash(type: Any, fn: Any, fields: list[str]) -> None:
-    """``ShapeEnvSettings``, its ``__hash__`` and the field names it hashes, where
-    ``fastfake._compat.settings_hash_fields`` proves that ``__hash__`` is
-    ``hash((self.f1, ..., self.fn))`` (``None, None, ()`` otherwise). The result
-    cache's key holds the settings' hash: a new ShapeEnv's settings whose fields are
-    the same objects as the last hashed one's reuse its hash instead of calling
-    ``__hash__`` (while the class's ``__hash__`` is still that function)."""
-
-
-def _settings_hash(settings: Any) -> int:
-    """Test hook: ``hash(settings)`` as the result cache's key computes it."""
-
-
 def vids_cleared() -> None:
     """``fastfake._cache.sym_vid`` emptied its interning dict: value ids C++ looked
     up before (the ones template SymNodes carry) are not reused."""

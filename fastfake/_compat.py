@@ -494,33 +494,6 @@ def instructions(fn: object) -> list[tuple[str, object]]:
             if i.opname not in ("RESUME", "NOP", "CACHE", "PRECALL")]
 
 
-def settings_hash_fields() -> tuple:
-    """``(ShapeEnvSettings, its __hash__, field names)`` if that ``__hash__`` is the
-    function ``return hash((self.f1, ..., self.fn))`` (its bytecode; ``hash`` the
-    builtin, not shadowed in its globals), else ``(None, None, ())``: two settings
-    objects whose fields are the same objects then hash alike, so the result
-    cache's key reads the fields of a new ShapeEnv's settings instead of calling
-    ``__hash__`` (csrc/cache_keys.cpp)."""
-    import builtins
-
-    from torch.fx.experimental.symbolic_shapes import ShapeEnvSettings
-
-    none = (None, None, ())
-    fn = vars(ShapeEnvSettings).get("__hash__")
-    code = getattr(fn, "__code__", None)
-    if code is None or code.co_argcount != 1 or "hash" in fn.__globals__ or builtins.hash is not hash:
-        return none
-    ops = instructions(fn)
-    if len(ops) < 4 or ops[0] != ("LOAD_GLOBAL", "hash") or ops[-3:-1] != [("BUILD_TUPLE", (len(ops) - 4) // 2),
-                                                                          ("CALL", 1)] or ops[-1][0] != "RETURN_VALUE":
-        return none
-    body = ops[1:-3]
-    if len(body) % 2 or any(op != ("LOAD_FAST", code.co_varnames[0]) for op in body[0::2]) or any(
-            op[0] != "LOAD_ATTR" for op in body[1::2]):
-        return none
-    return ShapeEnvSettings, fn, tuple(op[1] for op in body[1::2])
-
-
 def symnode_kind_methods() -> tuple:
     """``(SymNode.is_int, is_float, is_bool)`` if each is the function ``return
     self.pytype is <int / float / bool>`` (its bytecode; the builtin not shadowed in

@@ -164,9 +164,6 @@ def _setup() -> None:
     init = vars(SymNode).get("__init__")
     _C.set_symnode_template(init if _compat.symnode_init_source_digest(init) in _compat.SYMNODE_INIT_SOURCES else None)
     _C.set_symnode_kinds(*_compat.symnode_kind_methods())
-    # (a new ShapeEnv's settings hashed from their fields' identity where the
-    # dataclass __hash__ is proven: csrc/cache_keys.cpp)
-    _C.set_settings_hash(*_compat.settings_hash_fields())
     _portable.setup(_C)
     _rerun.setup(_C)
     _item_memo.setup()
