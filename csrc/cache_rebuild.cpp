@@ -70,7 +70,6 @@ PyObject* template_of(PyObject* node) {
   return copy;
 }
 
-// A SymNode with the kept dict and this ShapeEnv (new reference), or nullptr.
 // The value id of a template's fields where the hook has interned them (the
 // same objects in every copy, so the id holds for every node made from it while
 // the interning dict keeps them; looked up once per generation), else -1.
@@ -97,7 +96,8 @@ long long template_vid(const SymVal& v) {
 // A new SymNode from a template: the constructor's instance dict for the
 // value, with this ShapeEnv, and the value id memo `fastfake._cache.sym_vid`
 // would set on it (`_fastfake_vid`, its last attribute) where the value is
-// already interned, so the node's first key does not look it up.
+// already interned, so the node's first key does not look it up. A new
+// reference, or nullptr.
 PyObject* from_template(const KeyCtx& ctx, const SymVal& v) {
   PyObject* proto = v.proto;
   // (object.__new__(SymNode), as the constructor's call starts: new_node checked
