@@ -180,12 +180,12 @@ long long replacements_version(PyObject* env);
 // A SymNode's interned value id (memo, else the interning dict, else
 // fastfake._cache.sym_vid); -1 where it has none.
 long long node_vid(PyObject* node);
-// The id fastfake._cache.sym_vid interned for a value, given its five fields
-// (_expr, pytype, _hint, constant, fx_node); -1 where it has none yet (an error
-// may be set). Ids hold until the interning dict is emptied, which bumps the
+// The id fastfake._cache.sym_vid interned for a value, given a dict holding its
+// five fields (_expr, pytype, _hint, constant, fx_node: a SymNode's instance dict
+// or a template); -1 where it has none yet or a field is missing (an error may
+// be set). Ids hold until the interning dict is emptied, which bumps the
 // generation (vids_cleared, called by the hook).
-PyObject* const* vid_field_names();
-long long interned_value_vid(PyObject* const f[5]);
+long long interned_value_vid(PyObject* dict);
 void vids_cleared();
 uint64_t vid_generation();
 // What stock's key computation does to the ShapeEnv (reading every argument

@@ -16,6 +16,7 @@
 #include <c10/core/StorageImpl.h>
 #include <c10/core/SymInt.h>
 
+#include <array>
 #include <cstring>
 #include <list>
 #include <unordered_map>
@@ -87,16 +88,21 @@ c10::SymInt symint_from_node(PyObject* node) {
 
 uint64_t g_vid_generation = 0;
 
-PyObject* const* vid_field_names() {
-  static PyObject* names[5] = {
-      PyUnicode_InternFromString("_expr"), PyUnicode_InternFromString("pytype"),
-      PyUnicode_InternFromString("_hint"), PyUnicode_InternFromString("constant"),
-      PyUnicode_InternFromString("fx_node")};
-  return names;
+namespace {
+// The fields fastfake._cache.sym_vid interns a value by, in its order.
+std::array<PyObject*, 5> vid_fields() {
+  return {g_py.s_expr, g_py.s_pytype, g_py.s_hint, g_py.s_constant, g_py.s_fx_node};
 }
+} // namespace
 
-long long interned_value_vid(PyObject* const f[5]) {
+long long interned_value_vid(PyObject* dict) {
   if (g_py.sym_vids == nullptr) return -1;
+  const auto names = vid_fields();
+  PyObject* f[5];
+  for (int i = 0; i < 5; ++i) {
+    f[i] = PyDict_GetItemWithError(dict, names[i]); // borrowed
+    if (f[i] == nullptr) return -1;
+  }
   PyObject* value = PyTuple_Pack(5, f[0], f[1], f[2], f[3], f[4]);
   if (value == nullptr) return -1;
   PyObject* found = PyDict_GetItemWithError(g_py.sym_vids, value); // borrowed
@@ -126,16 +132,11 @@ long long interned_vid(PyObject* node) {
   if (g_py.sym_vids == nullptr) return -1;
   PyObject** dictptr = _PyObject_GetDictPtr(node);
   if (dictptr == nullptr || *dictptr == nullptr) return -1;
-  PyObject* f[5];
-  for (int i = 0; i < 5; ++i) {
-    PyObject* name = vid_field_names()[i];
-    if (name == nullptr) return -1;
+  for (PyObject* name : vid_fields()) {
     PyObject* descr = _PyType_Lookup(Py_TYPE(node), name);
     if (descr != nullptr && Py_TYPE(descr)->tp_descr_set != nullptr) return -1;
-    f[i] = PyDict_GetItemWithError(*dictptr, name); // borrowed
-    if (f[i] == nullptr) return -1;
   }
-  const long long vid = interned_value_vid(f);
+  const long long vid = interned_value_vid(*dictptr);
   if (vid < 0) return -1;
   PyObject* v = PyLong_FromLongLong(vid);
   if (v == nullptr) return -1;

@@ -75,15 +75,7 @@ PyObject* template_of(PyObject* node) {
 // the interning dict keeps them; looked up once per generation), else -1.
 long long template_vid(const SymVal& v) {
   if (v.vid >= 0 && v.vid_gen == vid_generation()) return v.vid;
-  PyObject* f[5];
-  for (int i = 0; i < 5; ++i) {
-    f[i] = PyDict_GetItemWithError(v.proto, vid_field_names()[i]); // borrowed
-    if (f[i] == nullptr) {
-      PyErr_Clear();
-      return -1;
-    }
-  }
-  const long long vid = interned_value_vid(f);
+  const long long vid = interned_value_vid(v.proto);
   if (vid < 0) {
     PyErr_Clear();
     return -1; // (not interned yet: the node's first key interns it)
