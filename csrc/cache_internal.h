@@ -175,6 +175,13 @@ c10::SymInt symint_from_node(PyObject* node);
 bool encode(KeyCtx& ctx, PyObject* v, int depth);
 bool proxy_tracing();
 bool global_key(PyObject* mode, PyObject* func, Key& key);
+// ShapeEnvSettings, its field names and its __eq__ / __hash__ where
+// fastfake._compat.settings_fields proves those read nothing but the fields
+// (nullptr: not proven); the key then holds a settings object of that class, while
+// those are still its methods, as its fields' bits (-1: a field not a bool, or
+// another class: its hash).
+void set_settings_fields(PyObject* type, const std::vector<PyObject*>& names, PyObject* eq, PyObject* hash);
+int64_t settings_bits(PyObject* settings);
 bool symbolic_key(KeyCtx& ctx);
 long long replacements_version(PyObject* env);
 // A SymNode's interned value id (memo, else the interning dict, else

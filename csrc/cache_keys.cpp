@@ -3,6 +3,7 @@
 #include "cache_internal.h"
 
 #include <ATen/EmptyTensor.h>
+#include <structmember.h>
 #include <c10/core/DefaultDtype.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
@@ -390,6 +391,87 @@ bool proxy_tracing() {
       PyList_GET_ITEM(pre, 0) != Py_None;
 }
 
+namespace {
+// ShapeEnvSettings and where each of its fields is read: a slot's offset, or -1
+// for the instance dict (fastfake._compat.settings_fields proves the class).
+struct SettingsFields {
+  PyTypeObject* type = nullptr; // owned
+  PyObject* eq = nullptr; // the proven __eq__ / __hash__ (owned)
+  PyObject* hash = nullptr;
+  std::vector<std::pair<PyObject*, Py_ssize_t>> fields; // (name owned, offset)
+} g_settings;
+} // namespace
+
+void set_settings_fields(PyObject* type, const std::vector<PyObject*>& names, PyObject* eq, PyObject* hash) {
+  for (auto& [n, off] : g_settings.fields) Py_DECREF(n);
+  g_settings.fields.clear();
+  Py_CLEAR(g_settings.type);
+  Py_CLEAR(g_settings.eq);
+  Py_CLEAR(g_settings.hash);
+  if (type == nullptr || !PyType_Check(type) || names.empty() || names.size() > 62 || eq == nullptr ||
+      hash == nullptr) {
+    return;
+  }
+  auto* tp = reinterpret_cast<PyTypeObject*>(type);
+  std::vector<std::pair<PyObject*, Py_ssize_t>> fields;
+  for (PyObject* name : names) {
+    Py_ssize_t off = -1;
+    PyObject* d = PyUnicode_Check(name) ? _PyType_Lookup(tp, name) : nullptr; // borrowed
+    if (!PyUnicode_Check(name)) {
+      off = -2;
+    } else if (d != nullptr && Py_TYPE(d) == &PyMemberDescr_Type) {
+      PyMemberDef* m = reinterpret_cast<PyMemberDescrObject*>(d)->d_member;
+      if (m->type == T_OBJECT_EX && reinterpret_cast<PyMemberDescrObject*>(d)->d_common.d_type == tp) {
+        off = m->offset;
+      } else {
+        off = -2;
+      }
+    } else if (d != nullptr && Py_TYPE(d)->tp_descr_set != nullptr) {
+      off = -2; // a data descriptor: not the instance dict's value
+    } else if (tp->tp_dictoffset == 0) {
+      off = -2;
+    }
+    if (off == -2) {
+      for (auto& [n, o] : fields) Py_DECREF(n);
+      return;
+    }
+    Py_INCREF(name);
+    PyUnicode_InternInPlace(&name);
+    fields.emplace_back(name, off);
+  }
+  Py_INCREF(type);
+  g_settings.type = tp;
+  g_settings.eq = Py_NewRef(eq);
+  g_settings.hash = Py_NewRef(hash);
+  g_settings.fields = std::move(fields);
+}
+
+int64_t settings_bits(PyObject* settings) {
+  static PyObject* s_eq = PyUnicode_InternFromString("__eq__");
+  static PyObject* s_hash = PyUnicode_InternFromString("__hash__");
+  PyTypeObject* tp = g_settings.type;
+  if (tp == nullptr || Py_TYPE(settings) != tp || s_eq == nullptr || s_hash == nullptr) return -1;
+  // (still the proven methods: the class is not patched since)
+  if (PyDict_GetItemWithError(tp->tp_dict, s_eq) != g_settings.eq ||
+      PyDict_GetItemWithError(tp->tp_dict, s_hash) != g_settings.hash) {
+    PyErr_Clear();
+    return -1;
+  }
+  int64_t bits = 0;
+  int i = 0;
+  for (const auto& [name, off] : g_settings.fields) {
+    PyObject* v = off >= 0 ? *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(settings) + off)
+                           : instance_attr(settings, name);
+    if (v == Py_True) {
+      bits |= int64_t{1} << i;
+    } else if (v != Py_False) {
+      return -1; // unset, or not a bool: the hash
+    }
+    ++i;
+  }
+  return bits;
+}
+
 bool global_key(PyObject* mode, PyObject* func, Key& key) {
   key.push_back(reinterpret_cast<intptr_t>(func));
   key.push_back(static_cast<int64_t>(c10::typeMetaToScalarType(c10::get_default_dtype())));
@@ -401,13 +483,26 @@ bool global_key(PyObject* mode, PyObject* func, Key& key) {
     key.push_back(0);
     return true;
   }
-  PyObject* settings = PyObject_GetAttr(shape_env, g_py.s_settings);
-  if (settings == nullptr) {
+  PyObject* settings = instance_attr(shape_env, g_py.s_settings);
+  if (settings != nullptr) {
+    Py_INCREF(settings);
+  } else if ((settings = PyObject_GetAttr(shape_env, g_py.s_settings)) == nullptr) {
     PyErr_Clear();
     return false;
   }
-  // Stock keys on the settings' value (a frozen dataclass). The last one hashed is
-  // kept with its hash (one reference: its address cannot be reused meanwhile).
+  // Stock keys on the settings' value (a frozen dataclass compared field by
+  // field). Where the class is one whose equality is proven to be its fields'
+  // (fastfake._compat.settings_fields) and every field is a bool, the key holds
+  // the fields themselves: equal keys are equal settings.
+  const int64_t bits = settings_bits(settings);
+  if (bits >= 0) {
+    Py_DECREF(settings);
+    key.push_back(2);
+    key.push_back(bits);
+    return true;
+  }
+  // Otherwise their hash. The last one hashed is kept with its hash (one
+  // reference: its address cannot be reused meanwhile).
   static PyObject* last_settings = nullptr;
   static Py_hash_t last_hash = -1;
   Py_hash_t h = last_hash;

@@ -322,6 +322,24 @@ PYBIND11_MODULE(_C, m) {
       [](py::handle node) { return cache_detail::node_vid(node.ptr()); },
       "Test hook: the value id the result cache keys a SymNode by (-1: none).");
   m.def(
+      "set_settings_fields",
+      [](py::handle type, std::vector<py::handle> names, py::handle eq, py::handle hash) {
+        std::vector<PyObject*> n;
+        for (auto h : names) n.push_back(h.ptr());
+        cache_detail::set_settings_fields(type.is_none() ? nullptr : type.ptr(), n,
+                                          eq.is_none() ? nullptr : eq.ptr(), hash.is_none() ? nullptr : hash.ptr());
+      },
+      py::arg("type"), py::arg("names"), py::arg("eq"), py::arg("hash"),
+      "ShapeEnvSettings, its field names, __eq__ and __hash__ where "
+      "fastfake._compat.settings_fields proves they read nothing but the fields "
+      "(None, (), None, None otherwise): the cache key then holds such settings as "
+      "their fields' values instead of their hash.");
+  m.def(
+      "_settings_key",
+      [](py::handle settings) { return cache_detail::settings_bits(settings.ptr()); },
+      "Test hook: the fields' bits the cache key holds for a ShapeEnvSettings (-1: "
+      "its hash instead).");
+  m.def(
       "vids_cleared",
       []() { cache_detail::vids_cleared(); },
       "fastfake._cache.sym_vid emptied its interning dict: value ids C++ looked up "

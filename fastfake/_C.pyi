@@ -65,6 +65,21 @@ def set_symnode_kinds(is_int: Any, is_float: Any, is_bool: Any) -> None:
     self.pytype is <type>`` (``fastfake._compat.symnode_kind_methods``), else None:
     a recipe's new SymNodes then answer c10's kind questions without a Python call."""
 
+def set_settings_fields(type: Any, names: list[str], eq: Any, hash: Any) -> None:
+    """``ShapeEnvSettings``, its field names, ``__eq__`` and ``__hash__`` where
+    ``fastfake._compat.settings_fields`` proves that those two read nothing but the
+    fields (``None, (), None, None`` otherwise). Stock's cache key holds the
+    settings object; the result cache's key then holds the bits of its fields when
+    every one is a bool (equal bits: equal settings), else its hash. Checked on
+    each key: the object's class is that class and its ``__eq__`` / ``__hash__``
+    are still those functions."""
+
+
+def _settings_key(settings: Any) -> int:
+    """Test hook: the fields' bits the result cache's key holds for ``settings``
+    (-1: it holds their hash)."""
+
+
 def vids_cleared() -> None:
     """``fastfake._cache.sym_vid`` emptied its interning dict: value ids C++ looked
     up before (the ones template SymNodes carry) are not reused."""

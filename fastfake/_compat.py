@@ -525,3 +525,50 @@ def symnode_kind_methods() -> tuple:
 def symnode_maybe_as_int_source_digest(fn: object) -> str | None:
     """Digest of ``fn``, stock's ``SymNode.maybe_as_int`` (None if unreadable)."""
     return _source_digest(lambda source: source(fn), SYMNODE_MAYBE_AS_INT_SOURCES)
+
+
+#: Opcodes a dataclass's generated ``__eq__`` / ``__hash__`` use besides loads
+#: (3.11: ``other.__class__ is self.__class__`` and a tuple comparison; ``hash``
+#: of a tuple).
+_FIELDS_ONLY_OPS = frozenset({"IS_OP", "BUILD_TUPLE", "COMPARE_OP", "RETURN_VALUE", "CALL", "PUSH_NULL"})
+
+
+def settings_fields(cls: object) -> tuple[tuple[str, ...], object, object] | None:
+    """``(field names, __eq__, __hash__)`` of ``ShapeEnvSettings`` where both
+    methods are the class's own and read nothing but its fields, its class and
+    the builtins ``hash`` / ``NotImplemented`` (their bytecode): two settings of
+    the class whose fields are the same objects are then equal with equal hashes,
+    so the result cache may key on the fields themselves
+    (``_C.set_settings_fields``). None where that is not proven."""
+    import builtins
+    import dataclasses
+
+    if not isinstance(cls, type) or not dataclasses.is_dataclass(cls):
+        return None
+    names = tuple(f.name for f in dataclasses.fields(cls))
+    methods = []
+    for meth in ("__eq__", "__hash__"):
+        fn = vars(cls).get(meth)
+        code = getattr(fn, "__code__", None)
+        module = getattr(fn, "__globals__", None)
+        if code is None or not isinstance(module, dict):
+            return None
+        args = code.co_varnames[: code.co_argcount]
+        for op, arg in instructions(fn):
+            if op == "LOAD_ATTR":
+                ok = arg == "__class__" or arg in names
+            elif op == "LOAD_GLOBAL":
+                ok = arg in ("hash", "NotImplemented") and arg not in module and hasattr(builtins, arg)
+            elif op == "LOAD_FAST":
+                ok = arg in args
+            else:
+                ok = op in _FIELDS_ONLY_OPS or op.startswith("POP_JUMP_")
+            if not ok:
+                return None
+        methods.append(fn)
+    if builtins.hash is not _BUILTIN_HASH:
+        return None
+    return names, methods[0], methods[1]
+
+
+_BUILTIN_HASH = hash

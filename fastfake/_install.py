@@ -159,6 +159,12 @@ def _setup() -> None:
     )
     # (values already interned are looked up in C++, in the hook's own dict)
     _C.setup_symbolic(SymNode, torch.SymInt, sym_vid, still_valid, capture_begin, _VIDS)
+    # (a ShapeEnv's settings keyed by their fields where their equality is proven
+    # to be the fields': csrc/cache_keys.cpp)
+    from torch.fx.experimental.symbolic_shapes import ShapeEnvSettings
+
+    fields = _compat.settings_fields(ShapeEnvSettings)
+    _C.set_settings_fields(*((ShapeEnvSettings, *fields) if fields else (None, (), None, None)))
     # (a recipe's new SymNodes copied from the first one's instance dict, where
     # SymNode's constructor is one fastfake knows: csrc/cache_rebuild.cpp)
     init = vars(SymNode).get("__init__")
