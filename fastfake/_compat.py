@@ -530,7 +530,7 @@ def symnode_maybe_as_int_source_digest(fn: object) -> str | None:
 #: Opcodes a dataclass's generated ``__eq__`` / ``__hash__`` use besides loads
 #: (3.11: ``other.__class__ is self.__class__`` and a tuple comparison; ``hash``
 #: of a tuple).
-_FIELDS_ONLY_OPS = frozenset({"IS_OP", "BUILD_TUPLE", "COMPARE_OP", "RETURN_VALUE", "CALL", "PUSH_NULL"})
+_FIELDS_ONLY_OPS = ("IS_OP", "BUILD_TUPLE", "COMPARE_OP", "RETURN_VALUE", "CALL", "PUSH_NULL")
 
 
 def settings_fields(cls: object) -> tuple[tuple[str, ...], object, object] | None:
@@ -572,3 +572,4 @@ def settings_fields(cls: object) -> tuple[tuple[str, ...], object, object] | Non
 
 
 _BUILTIN_HASH = hash
+
