@@ -256,6 +256,10 @@ bool set_symbolic_sizes(
 // computed them); false (no error set) if the tensor has no symbolic sizes.
 bool seed_derived(const KeyCtx& ctx, c10::TensorImpl* impl, const SymShape& m);
 bool make_symint(const KeyCtx& ctx, const SymVal& v, c10::SymInt& out);
+// The Python SymNode `SymNode(*fields[:1], shape_env, *fields[1:])` builds for a
+// SymVal::New in this ShapeEnv (from the template where proven), or nullptr with
+// an error set.
+PyObject* new_py_node(const KeyCtx& ctx, const SymVal& v);
 c10::Storage meta_storage(c10::SymInt nbytes);
 PyObject* build_symbolic(
     const KeyCtx& ctx,

@@ -68,6 +68,12 @@ struct Refs {
   PyObject* s_cache = nullptr;
   PyObject* s_bypasses = nullptr;
   PyObject* verifier = nullptr;
+  // _DeconstructedSymNode.extract where fastfake._compat.stub_extract proves it
+  // `return SymNode(self._expr, shape_env, self.pytype, self._hint,
+  // self.constant, self.fx_node)`, and the module dict its `SymNode` is read from
+  PyObject* extract = nullptr;
+  PyObject* extract_globals = nullptr;
+  PyObject* s_symnode = nullptr;
   bool ready = false;
   bool on = true;
 } g;
@@ -79,6 +85,7 @@ const char* const kCountNames[kCounts] = {"served", "served_nested", "declined.s
 uint64_t g_counts[kCounts] = {};
 int g_admit_fault = 0; // testing: admissions that skip the signature comparison
 int g_commit_fault = 0; // testing: commits that skip the nested calls' entries and counts
+int g_stub_fault = 0; // testing: stub SymNodes made in C++ with the other optimized-summation flag
 
 // The offset of a slot (a member descriptor of `tp`), or -1.
 Py_ssize_t slot_offset(PyTypeObject* tp, const char* name) {
@@ -259,6 +266,41 @@ bool holds_sym(PyObject* v, int depth) {
   return false;
 }
 
+// A stub's deconstructed node as a recipe value: the arguments `extract` passes
+// SymNode's constructor (optimized_summation left at its default, False). Left
+// unset (no error) where `extract` is not proven.
+bool stub_value(KeyTemplate::Stub& s) {
+  if (g.extract == nullptr) return true;
+  static const char* const names[5] = {"_expr", "pytype", "_hint", "constant", "fx_node"};
+  PyObject* f = PyTuple_New(6);
+  if (f == nullptr) return false;
+  for (int i = 0; i < 5; ++i) {
+    PyObject* v = PyObject_GetAttrString(s.dnode, names[i]);
+    if (v == nullptr) {
+      Py_DECREF(f);
+      return false;
+    }
+    PyTuple_SET_ITEM(f, i, v);
+  }
+  PyTuple_SET_ITEM(f, 5, Py_NewRef(Py_False));
+  s.val.kind = SymVal::New;
+  s.val.fields = f;
+  return true;
+}
+
+// Whether a stub's SymNode may be made here as `extract` makes it: proven, and
+// neither the method nor the module's `SymNode` replaced since.
+bool extract_here(const KeyTemplate::Stub& s) {
+  if (g.extract == nullptr || s.val.fields == nullptr) return false;
+  PyObject* m = PyDict_GetItemWithError(Py_TYPE(s.dnode)->tp_dict, g.s_extract);
+  PyObject* cls = m == g.extract ? PyDict_GetItemWithError(g.extract_globals, g.s_symnode) : nullptr;
+  if (cls != g_py.symnode_type) {
+    PyErr_Clear();
+    return false;
+  }
+  return true;
+}
+
 bool parse_template(const KeyCtx& ctx, PyObject* key, KeyTemplate& t, bool own) {
   if (Py_TYPE(key) != g.key) return false;
   PyObject* items = get_slot(key, g.key_key);
@@ -296,6 +338,7 @@ bool parse_template(const KeyCtx& ctx, PyObject* key, KeyTemplate& t, bool own) 
             if (own) return false;
             s.dnode = PyObject_CallOneArg(g.from_node, node);
             if (s.dnode == nullptr) return false;
+            if (!stub_value(s)) return false;
           }
         } else {
           return false;
@@ -332,6 +375,12 @@ PyObject* instantiate(const KeyCtx& ctx, const KeyTemplate& t) {
         return nullptr;
       }
       node = Py_NewRef(ctx.nodes[static_cast<size_t>(s.slot)]);
+    } else if (extract_here(s)) {
+      node = new_py_node(ctx, s.val); // (what extract builds, without its Python call)
+      if (node != nullptr && g_stub_fault > 0) {
+        --g_stub_fault;
+        if (PyObject_SetAttrString(node, "_optimized_summation", Py_True) < 0) PyErr_Clear();
+      }
     } else {
       node = PyObject_CallMethodOneArg(s.dnode, g.s_extract, ctx.shape_env);
     }
@@ -397,6 +446,8 @@ void KeyTemplate::release() {
   for (auto& s : stubs) {
     Py_CLEAR(s.ty);
     Py_CLEAR(s.dnode);
+    Py_CLEAR(s.val.fields);
+    Py_CLEAR(s.val.proto);
   }
   stubs.clear();
 }
@@ -743,6 +794,15 @@ bool portable_fast_set(bool on) {
   return was;
 }
 
+void portable_fast_set_stub_extract(PyObject* fn) {
+  using namespace cache_detail;
+  if (g.s_symnode == nullptr) g.s_symnode = PyUnicode_InternFromString("SymNode");
+  PyObject* globals = fn != nullptr && PyFunction_Check(fn) ? PyFunction_GET_GLOBALS(fn) : nullptr;
+  Py_XINCREF(globals);
+  Py_XSETREF(g.extract_globals, globals);
+  Py_XSETREF(g.extract, globals != nullptr ? Py_NewRef(fn) : nullptr);
+}
+
 void portable_fast_set_verifier(PyObject* fn) {
   PyObject* v = fn == Py_None ? nullptr : Py_NewRef(fn);
   Py_XSETREF(cache_detail::g.verifier, v);
@@ -763,6 +823,10 @@ void portable_fast_set_counts(const std::vector<std::pair<std::string, uint64_t>
       if (name == kCountNames[i]) g_counts[i] = n;
     }
   }
+}
+
+void portable_fast_inject_stub_fault(int n) {
+  cache_detail::g_stub_fault = n;
 }
 
 void portable_fast_inject_fault(int n, bool commit) {

@@ -196,7 +196,7 @@ bool set_template_vids(bool on) {
   return was;
 }
 
-c10::SymNode new_node(const KeyCtx& ctx, const SymVal& v) {
+PyObject* new_py_node(const KeyCtx& ctx, const SymVal& v) {
   PyObject* f = v.fields;
   // (a missing hint is computed from the ShapeEnv; translation validation keeps
   // an FX node: the constructor then)
@@ -205,18 +205,19 @@ c10::SymNode new_node(const KeyCtx& ctx, const SymVal& v) {
       instance_attr(ctx.shape_env, g_py.s_translation_validation) == Py_False &&
       tp->tp_new == PyBaseObject_Type.tp_new &&
       PyDict_GetItemWithError(tp->tp_dict, g_s_init) == g_init_proven; // (the class's own)
-  PyObject* node = nullptr;
-  if (templated && v.proto != nullptr) {
-    node = from_template(ctx, v);
-    if (node == nullptr) return c10::SymNode();
-  } else {
-    PyObject* argv[7] = {PyTuple_GET_ITEM(f, 0), ctx.shape_env, PyTuple_GET_ITEM(f, 1),
-                         PyTuple_GET_ITEM(f, 2), PyTuple_GET_ITEM(f, 3),
-                         PyTuple_GET_ITEM(f, 4), PyTuple_GET_ITEM(f, 5)};
-    node = PyObject_Vectorcall(g_py.symnode_type, argv, 7, nullptr);
-    if (node == nullptr) return c10::SymNode();
-    if (templated) v.proto = template_of(node);
-  }
+  if (templated && v.proto != nullptr) return from_template(ctx, v);
+  PyObject* argv[7] = {PyTuple_GET_ITEM(f, 0), ctx.shape_env, PyTuple_GET_ITEM(f, 1),
+                       PyTuple_GET_ITEM(f, 2), PyTuple_GET_ITEM(f, 3),
+                       PyTuple_GET_ITEM(f, 4), PyTuple_GET_ITEM(f, 5)};
+  PyObject* node = PyObject_Vectorcall(g_py.symnode_type, argv, 7, nullptr);
+  if (node != nullptr && templated) v.proto = template_of(node);
+  return node;
+}
+
+c10::SymNode new_node(const KeyCtx& ctx, const SymVal& v) {
+  PyObject* f = v.fields;
+  PyObject* node = new_py_node(ctx, v);
+  if (node == nullptr) return c10::SymNode();
   if (const char kind = known_kind(node, PyTuple_GET_ITEM(f, 1))) {
     return c10::SymNode(c10::make_intrusive<KnownKindSymNode>(py::reinterpret_steal<py::object>(node), kind));
   }

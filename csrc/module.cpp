@@ -431,6 +431,14 @@ PYBIND11_MODULE(_C, m) {
       "Admit and commit portable records in C++ (else in fastfake._portable); returns "
       "the previous setting.");
   m.def(
+      "set_stub_extract",
+      [](py::handle fn) { portable_fast_set_stub_extract(fn.is_none() ? nullptr : fn.ptr()); },
+      py::arg("fn"),
+      "_DeconstructedSymNode.extract where fastfake._compat.stub_extract proves it "
+      "returns SymNode(self._expr, shape_env, self.pytype, self._hint, self.constant, "
+      "self.fx_node) (None otherwise): the new SymNodes of stock's keys that a served "
+      "first call stores are then made in C++ as the constructor makes them.");
+  m.def(
       "portable_fast_verifier",
       [](py::handle fn) { portable_fast_set_verifier(fn.ptr()); },
       "Testing: fn(mode, func, args, kwargs, record, admitted, own_key) on every "
@@ -598,6 +606,8 @@ PYBIND11_MODULE(_C, m) {
           portable_inject_fault(n);
         } else if (kind == "portable_admit" || kind == "portable_commit") {
           portable_fast_inject_fault(n, kind == "portable_commit");
+        } else if (kind == "stub_node") {
+          portable_fast_inject_stub_fault(n);
         } else if (kind == "rerun") {
           rerun_inject_fault(n, false);
         } else if (kind == "rerun_scalar") {

@@ -28,6 +28,9 @@ struct KeyTemplate {
     PyObject* ty = nullptr; // owned: torch.SymInt (the stub's SymType)
     int slot = -1; // the argument SymNode's slot (KeyCtx::nodes), or -1:
     PyObject* dnode = nullptr; // owned _DeconstructedSymNode, extracted per ShapeEnv
+    // dnode's fields as a recipe value (SymVal::New), made as `extract` makes
+    // its SymNode where that is proven (set_stub_extract); owned
+    SymVal val;
   };
   std::vector<Stub> stubs;
   void release();
@@ -99,6 +102,11 @@ bool fast_enabled();
 void portable_fast_setup(PyObject* refs, PyObject* hints_attr);
 bool portable_fast_set(bool on);
 void portable_fast_set_verifier(PyObject* fn);
+// _DeconstructedSymNode.extract where fastfake._compat.stub_extract proves what
+// it builds (nullptr: not proven): a stub's new SymNode is then made in C++.
+void portable_fast_set_stub_extract(PyObject* fn);
+// testing: the next n stub SymNodes made in C++ get the other optimized-summation flag
+void portable_fast_inject_stub_fault(int n);
 std::vector<std::pair<std::string, uint64_t>> portable_fast_counts();
 void portable_fast_set_counts(const std::vector<std::pair<std::string, uint64_t>>& counts);
 void portable_fast_clear_memo();

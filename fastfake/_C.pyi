@@ -216,6 +216,17 @@ def set_portable_fast(on: bool) -> bool:
     """Admit and commit portable records in C++ (else every first call goes through
     ``fastfake._portable.admit`` / ``commit``); returns the previous setting."""
 
+def set_stub_extract(fn: Any) -> None:
+    """``_DeconstructedSymNode.extract`` where ``fastfake._compat.stub_extract`` proves
+    it is ``return SymNode(self._expr, shape_env, self.pytype, self._hint,
+    self.constant, self.fx_node)`` (None otherwise). A served first call stores
+    stock's keys in the new ShapeEnv's cache; a stub whose SymNode stock's kernel
+    made gets a new SymNode of the recorded value. Where proven (and while the
+    method and its module's ``SymNode`` are unchanged), that node is made in C++ as
+    the constructor makes it -- from the constructor's own dict where
+    :func:`set_symnode_template` proves it -- instead of calling ``extract``."""
+
+
 def portable_fast_verifier(fn: Callable[[Any, Any, tuple, Any, Any, bool, tuple], None] | None) -> None:
     """Testing: ``fn(mode, func, args, kwargs, record, admitted, keys)`` on every
     decision the C++ admission makes, before anything is stored (``keys``: the
@@ -537,7 +548,8 @@ def _inject_fault(n: int, kind: str = "dtype") -> None:
     hit recipe instead of its miss recipe; ``kind="portable_admit"``: the next ``n``
     admissions made in C++ skip the signature comparison; ``kind="portable_commit"``:
     the next ``n`` commits made in C++ skip the nested calls' entries and counts;
-    ``kind="rerun"``: the next ``n`` served
+    ``kind="stub_node"``: the next ``n`` SymNodes made in C++ for stock's stored keys
+    (:func:`set_stub_extract`) get the other optimized-summation flag; ``kind="rerun"``: the next ``n`` served
     repeats of ``_unsafe_view`` leave their inputs without the values the kernel
     memoised on them; ``kind="rerun_scalar"``: the same for served repeats of
     pointwise calls with a SymFloat; ``kind="symnode"``: the next ``n`` SymNodes served from

@@ -573,3 +573,24 @@ def settings_fields(cls: object) -> tuple[tuple[str, ...], object, object] | Non
 
 _BUILTIN_HASH = hash
 
+
+def stub_extract() -> object | None:
+    """``_DeconstructedSymNode.extract`` if its bytecode is ``return SymNode(self._expr,
+    shape_env, self.pytype, self._hint, self.constant, self.fx_node)`` with its
+    module's ``SymNode`` torch's, else None: the new SymNodes of the keys a served
+    first call stores in stock's cache are then made in C++ as that constructor call
+    makes them (csrc/cache_portable_fast.cpp; the constructor itself, or its
+    proven template, csrc/cache_rebuild.cpp)."""
+    from torch._subclasses import _fake_tensor_utils as utils
+    from torch.fx.experimental.sym_node import SymNode
+
+    fn = vars(utils._DeconstructedSymNode).get("extract")
+    code = getattr(fn, "__code__", None)
+    if code is None or code.co_argcount != 2 or getattr(fn, "__globals__", {}).get("SymNode") is not SymNode:
+        return None
+    me, env = code.co_varnames[:2]
+    want = [("LOAD_GLOBAL", "SymNode"), ("LOAD_FAST", me), ("LOAD_ATTR", "_expr"), ("LOAD_FAST", env)]
+    for field in ("pytype", "_hint", "constant", "fx_node"):
+        want += [("LOAD_FAST", me), ("LOAD_ATTR", field)]
+    want += [("CALL", 6), ("RETURN_VALUE", None)]
+    return fn if instructions(fn) == want else None

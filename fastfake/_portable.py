@@ -627,3 +627,6 @@ def setup(C: Any) -> None:
          _DeconstructedSymNode.from_node, _free_symbols.of, ft.FakeTensorMode, _KEY_LOG, _OPEN),
         _compat.backed_hints_attr(),
     )
+    # (the new SymNodes of stock's keys a served first call stores, made in C++
+    # where `_DeconstructedSymNode.extract` is proven to be SymNode's constructor)
+    C.set_stub_extract(_compat.stub_extract())

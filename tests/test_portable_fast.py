@@ -16,7 +16,8 @@ import random
 
 import pytest
 import torch
-from torch._subclasses._fake_tensor_utils import _PySymInputStub
+from torch._subclasses._fake_tensor_utils import _DeconstructedSymType, _PySymInputStub
+from torch.fx.experimental.sym_node import SymNode
 
 import fastfake
 import parity
@@ -39,6 +40,7 @@ class Verifier:
         self.declined = 0
         self.replaced = 0  # admitted over a symbol the ShapeEnv replaced
         self.nested = 0  # admitted with nested calls' keys
+        self.made = 0  # new SymNodes in those keys (not the arguments')
         self.failures: list[str] = []
 
     def __call__(self, mode, func, args, kwargs, record, admitted, keys) -> None:
@@ -51,6 +53,7 @@ class Verifier:
             _stock_key.restore_counters(saved[1])
         try:
             self._check(func, ref, admitted, keys, stock_key, record, mode.shape_env)
+            self._check_made(args, kwargs, keys, ref)
         except AssertionError as e:
             self.failures.append(f"{func}: {e}")
 
@@ -81,6 +84,50 @@ class Verifier:
         if stored:
             self.nested += 1
 
+    def _check_made(self, args, kwargs, keys, ref) -> None:
+        """Each new SymNode in the nested keys (made in C++ where
+        ``_DeconstructedSymNode.extract`` is proven, else by it) is the node
+        ``extract`` builds in this ShapeEnv: the same instance dict, but for the
+        value-id memo C++ sets where the value is interned."""
+        if ref is None:
+            return
+        ours = _arg_nodes((args, kwargs))
+        stored = ref[1][1][0] if ref[1][1] else ()
+        for k, (bound, _entry) in zip(keys, stored):
+            for a, b in zip(k.key, bound.key, strict=True):
+                if type(a) is not _PySymInputStub or type(a.value) is not _DeconstructedSymType:
+                    continue
+                node, want = a.value.node, b.value.node
+                if not isinstance(node, SymNode) or id(node) in ours:
+                    continue
+                self.made += 1
+                got = {n: v for n, v in vars(node).items() if n != "_fastfake_vid"}
+                expected = {n: v for n, v in vars(want).items() if n != "_fastfake_vid"}
+                assert got.keys() == expected.keys(), (sorted(got), sorted(expected))
+                for n in got:
+                    assert got[n] is expected[n] or (type(got[n]) is type(expected[n]) and got[n] == expected[n]), (
+                        n, got[n], expected[n])
+
+
+def _arg_nodes(v, out: set | None = None) -> set:
+    """ids of the SymNodes a call's arguments hold (sizes, strides, offsets,
+    storage sizes, SymInts)."""
+    out = set() if out is None else out
+    if isinstance(v, torch.Tensor):
+        vals = [*v.shape, *v.stride(), v.storage_offset(), v.untyped_storage().nbytes()]
+        for x in vals:
+            if isinstance(x, torch.SymInt):
+                out.add(id(x.node))
+    elif isinstance(v, torch.types.py_sym_types):
+        out.add(id(v.node))
+    elif isinstance(v, (tuple, list)):
+        for x in v:
+            _arg_nodes(x, out)
+    elif isinstance(v, dict):
+        for x in v.values():
+            _arg_nodes(x, out)
+    return out
+
 
 @pytest.fixture
 def verifier():
@@ -101,7 +148,7 @@ def test_admission_equals_python_over_random_sequences(verifier, seed):
     every admitted key equals stock's."""
     random_epochs(seed)
     assert not verifier.failures, verifier.failures[:5]
-    assert verifier.admitted > 30 and verifier.nested > 0, vars(verifier)
+    assert verifier.admitted > 30 and verifier.nested > 0 and verifier.made > 0, vars(verifier)
     s = fastfake.stats()
     assert s["cache.symbolic.portable.admitted_python"] < verifier.admitted, s
 
@@ -133,6 +180,69 @@ def test_a_skipped_signature_is_caught(verifier):
     finally:
         _C._inject_fault(0, "portable_admit")
     assert any("C++ admitted=True" in f for f in verifier.failures), vars(verifier)
+
+
+def test_stub_nodes_made_in_cpp(verifier):
+    """The new SymNodes of the nested keys a served first call stores are made in
+    C++ where ``_DeconstructedSymNode.extract`` is proven (``gelu``'s kernel makes
+    several), and compared with ``extract``'s by the verifier; a node with the
+    other optimized-summation flag is caught, and with the proof withdrawn ``extract`` is
+    called again."""
+    from torch._subclasses import _fake_tensor_utils as utils
+
+    assert _compat.stub_extract() is not None
+    fastfake.cache_clear()
+    make = _inputs([torch.randn(6, 8)])
+
+    def gelu(x):
+        return torch.nn.functional.gelu(x * 2)
+
+    calls = []
+    original = utils._DeconstructedSymNode.extract
+
+    def counting(self, env):
+        calls.append(self)
+        return original(self, env)
+
+    parity.run_both(gelu, make, mode_factory=_mode, stock_runs=0, fast_runs=1)  # learns
+    both = parity.run_both(gelu, make, mode_factory=_mode, stock_runs=1, fast_runs=1)
+    parity.assert_symbolic_parity(both, "gelu")
+    assert not verifier.failures and verifier.made > 0, vars(verifier)
+    made = verifier.made
+    _C._inject_fault(1, "stub_node")
+    try:
+        parity.run_both(gelu, make, mode_factory=_mode, stock_runs=0, fast_runs=1)
+    finally:
+        _C._inject_fault(0, "stub_node")
+    assert verifier.failures, vars(verifier)
+    verifier.failures.clear()
+    # the method patched: C++ calls it (and the verifier's reference does too)
+    utils._DeconstructedSymNode.extract = counting
+    try:
+        before = verifier.made
+        parity.run_both(gelu, make, mode_factory=_mode, stock_runs=0, fast_runs=1)
+        assert verifier.made > before and len(calls) >= 2 * (verifier.made - before), (len(calls), vars(verifier))
+    finally:
+        utils._DeconstructedSymNode.extract = original
+    assert not verifier.failures, verifier.failures[:3]
+    assert made > 0
+
+
+def test_stub_extract_proof_refuses_other_code():
+    from torch._subclasses import _fake_tensor_utils as utils
+
+    original = vars(utils._DeconstructedSymNode)["extract"]
+    fn = original.__code__
+
+    def swapped(self, shape_env):
+        return SymNode(self._expr, shape_env, self.pytype, self.constant, self._hint, self.fx_node)
+
+    try:
+        utils._DeconstructedSymNode.extract = swapped
+        assert _compat.stub_extract() is None
+    finally:
+        utils._DeconstructedSymNode.extract = original
+    assert _compat.stub_extract() is original and original.__code__ is fn
 
 
 def test_counted_as_the_python_admission_counts():
