@@ -42,6 +42,16 @@ def _fastfake_clean_state():
 
 
 @pytest.fixture
+def installed():
+    """fastfake installed for the test (uninstalled after it)."""
+    fastfake.install()
+    try:
+        yield
+    finally:
+        fastfake.uninstall()
+
+
+@pytest.fixture
 def compile_state_restored():
     """For tests that compile: fastfake uninstalled and dynamo reset afterwards."""
     yield

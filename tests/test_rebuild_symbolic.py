@@ -38,15 +38,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-@pytest.fixture
-def installed():
-    fastfake.install()
-    try:
-        yield
-    finally:
-        fastfake.uninstall()
-
-
 def _describe(values) -> list:
     out = []
     for v in values:

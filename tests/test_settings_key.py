@@ -26,15 +26,6 @@ from parity import symbolic_fake, tensor_meta
 FIELDS = [f.name for f in dataclasses.fields(ShapeEnvSettings)]
 
 
-@pytest.fixture
-def installed():
-    fastfake.install()
-    try:
-        yield
-    finally:
-        fastfake.uninstall()
-
-
 def _settings(bits: int) -> ShapeEnvSettings:
     return ShapeEnvSettings(**{n: bool(bits >> i & 1) for i, n in enumerate(FIELDS)})
 
