@@ -29,7 +29,7 @@
 // `_set_cache_key_for_shape_env` strips nothing from them: their stubs already
 // hold a `_DeconstructedSymType`), adds the nested calls' cache counts and
 // `torch.utils._stats` counts, as fastfake._portable.commit does.
-#include "portable_fast.h"
+#include "portable_fast_internal.h"
 
 #include <Python.h>
 #include <structmember.h>
@@ -39,44 +39,9 @@
 namespace fastfake {
 namespace cache_detail {
 
-namespace {
+Refs g_pf;
 
-struct Refs {
-  PyTypeObject* stub = nullptr; // _PySymInputStub
-  PyTypeObject* dst = nullptr; // _DeconstructedSymType
-  PyTypeObject* key = nullptr; // _DispatchCacheKey
-  PyObject* bypass_entry = nullptr; // _DispatchCacheBypassEntry
-  PyObject* from_node = nullptr; // _DeconstructedSymNode.from_node
-  PyObject* free_symbols = nullptr; // fastfake._free_symbols.of
-  PyObject* mode_class = nullptr; // FakeTensorMode
-  PyObject* key_log = nullptr; // fastfake._portable._KEY_LOG (a list)
-  PyObject* open = nullptr; // fastfake._portable._OPEN ([frames open])
-  Py_ssize_t stub_value = -1, dst_ty = -1, dst_node = -1, key_key = -1, key_hash = -1;
-  PyObject* s_hints = nullptr; // the backed hints' attribute (fastfake._compat)
-  PyObject* s_ranges = nullptr;
-  PyObject* s_size_like = nullptr;
-  PyObject* s_replacements = nullptr;
-  PyObject* s_axioms = nullptr;
-  PyObject* s_divisible = nullptr;
-  PyObject* s_floor_div = nullptr;
-  PyObject* s_env_cache = nullptr;
-  PyObject* s_lower = nullptr;
-  PyObject* s_upper = nullptr;
-  PyObject* s_name = nullptr;
-  PyObject* s_extract = nullptr;
-  PyObject* s_reason = nullptr;
-  PyObject* s_cache = nullptr;
-  PyObject* s_bypasses = nullptr;
-  PyObject* verifier = nullptr;
-  // _DeconstructedSymNode.extract where fastfake._compat.stub_extract proves it
-  // `return SymNode(self._expr, shape_env, self.pytype, self._hint,
-  // self.constant, self.fx_node)`, and the module dict its `SymNode` is read from
-  PyObject* extract = nullptr;
-  PyObject* extract_globals = nullptr;
-  PyObject* s_symnode = nullptr;
-  bool ready = false;
-  bool on = true;
-} g;
+namespace {
 
 enum Count { kServed, kServedNested, kShapeEnv, kHasEntry, kLacksEntry, kPython, kCounts };
 const char* const kCountNames[kCounts] = {"served", "served_nested", "declined.shape_env",
@@ -85,34 +50,6 @@ const char* const kCountNames[kCounts] = {"served", "served_nested", "declined.s
 uint64_t g_counts[kCounts] = {};
 int g_admit_fault = 0; // testing: admissions that skip the signature comparison
 int g_commit_fault = 0; // testing: commits that skip the nested calls' entries and counts
-int g_stub_fault = 0; // testing: stub SymNodes made in C++ with the other optimized-summation flag
-
-// The offset of a slot (a member descriptor of `tp`), or -1.
-Py_ssize_t slot_offset(PyTypeObject* tp, const char* name) {
-  PyObject* d = PyDict_GetItemString(tp->tp_dict, name); // borrowed
-  if (d == nullptr || Py_TYPE(d) != &PyMemberDescr_Type) return -1;
-  PyMemberDef* m = reinterpret_cast<PyMemberDescrObject*>(d)->d_member;
-  if (m->type != T_OBJECT_EX || (m->flags & READONLY)) return -1;
-  return m->offset;
-}
-
-PyObject*& slot(PyObject* o, Py_ssize_t off) {
-  return *reinterpret_cast<PyObject**>(reinterpret_cast<char*>(o) + off);
-}
-
-// A slot's value (borrowed), or nullptr.
-PyObject* get_slot(PyObject* o, Py_ssize_t off) {
-  return slot(o, off);
-}
-
-void set_slot(PyObject* o, Py_ssize_t off, PyObject* v) {
-  Py_XSETREF(slot(o, off), Py_NewRef(v));
-}
-
-// An instance of a slots class as its `object.__new__` leaves it.
-PyObject* alloc(PyTypeObject* tp) {
-  return tp->tp_alloc(tp, 0);
-}
 
 bool same(PyObject* a, PyObject* b, bool* error) {
   if (a == b) return true;
@@ -144,7 +81,7 @@ void memo_clear() {
 const FreeSyms* free_symbols(PyObject* expr) {
   auto it = g_memo.find(expr);
   if (it != g_memo.end()) return &it->second;
-  PyObject* fs = PyObject_CallOneArg(g.free_symbols, expr);
+  PyObject* fs = PyObject_CallOneArg(g_pf.free_symbols, expr);
   if (fs == nullptr) return nullptr;
   FreeSyms out;
   PyObject* iter = PyObject_GetIter(fs);
@@ -152,7 +89,7 @@ const FreeSyms* free_symbols(PyObject* expr) {
   if (iter == nullptr) return nullptr;
   bool ok = true;
   while (PyObject* s = PyIter_Next(iter)) {
-    PyObject* name = PyObject_GetAttr(s, g.s_name);
+    PyObject* name = PyObject_GetAttr(s, g_pf.s_name);
     if (name == nullptr || !PyUnicode_Check(name)) {
       Py_XDECREF(name);
       Py_DECREF(s);
@@ -241,175 +178,6 @@ int facts_match(PyObject* facts, PyObject* recorded, const std::vector<SigSym>& 
   return result;
 }
 
-// ---- keys ----
-// Whether a key item is or holds a SymInt or SymNode (which would tie the record
-// to its ShapeEnv).
-bool holds_sym(PyObject* v, int depth) {
-  if (PyObject_TypeCheck(v, reinterpret_cast<PyTypeObject*>(g_py.symint_type)) ||
-      Py_TYPE(v) == reinterpret_cast<PyTypeObject*>(g_py.symnode_type)) {
-    return true;
-  }
-  if (PyTuple_Check(v) || PyList_Check(v)) {
-    if (depth > 8) return true;
-    PyObject* fast = PySequence_Fast(v, "");
-    if (fast == nullptr) {
-      PyErr_Clear();
-      return true;
-    }
-    bool found = false;
-    for (Py_ssize_t i = 0; !found && i < PySequence_Fast_GET_SIZE(fast); ++i) {
-      found = holds_sym(PySequence_Fast_GET_ITEM(fast, i), depth + 1);
-    }
-    Py_DECREF(fast);
-    return found;
-  }
-  return false;
-}
-
-// A stub's deconstructed node as a recipe value: the arguments `extract` passes
-// SymNode's constructor (optimized_summation left at its default, False). Left
-// unset (no error) where `extract` is not proven.
-bool stub_value(KeyTemplate::Stub& s) {
-  if (g.extract == nullptr) return true;
-  static const char* const names[5] = {"_expr", "pytype", "_hint", "constant", "fx_node"};
-  PyObject* f = PyTuple_New(6);
-  if (f == nullptr) return false;
-  for (int i = 0; i < 5; ++i) {
-    PyObject* v = PyObject_GetAttrString(s.dnode, names[i]);
-    if (v == nullptr) {
-      Py_DECREF(f);
-      return false;
-    }
-    PyTuple_SET_ITEM(f, i, v);
-  }
-  PyTuple_SET_ITEM(f, 5, Py_NewRef(Py_False));
-  s.val.kind = SymVal::New;
-  s.val.fields = f;
-  return true;
-}
-
-// Whether a stub's SymNode may be made here as `extract` makes it: proven, and
-// neither the method nor the module's `SymNode` replaced since.
-bool extract_here(const KeyTemplate::Stub& s) {
-  if (g.extract == nullptr || s.val.fields == nullptr) return false;
-  PyObject* m = PyDict_GetItemWithError(Py_TYPE(s.dnode)->tp_dict, g.s_extract);
-  PyObject* cls = m == g.extract ? PyDict_GetItemWithError(g.extract_globals, g.s_symnode) : nullptr;
-  if (cls != g_py.symnode_type) {
-    PyErr_Clear();
-    return false;
-  }
-  return true;
-}
-
-bool parse_template(const KeyCtx& ctx, PyObject* key, KeyTemplate& t, bool own) {
-  if (Py_TYPE(key) != g.key) return false;
-  PyObject* items = get_slot(key, g.key_key);
-  PyObject* hash = get_slot(key, g.key_hash);
-  if (items == nullptr || !PyTuple_CheckExact(items) || hash == nullptr || !PyLong_CheckExact(hash)) {
-    return false;
-  }
-  t.hash_value = PyLong_AsSsize_t(hash);
-  if (t.hash_value == -1 && PyErr_Occurred()) return false;
-  t.hash = Py_NewRef(hash);
-  const Py_ssize_t n = PyTuple_GET_SIZE(items);
-  t.items = PyTuple_New(n);
-  if (t.items == nullptr) return false;
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    PyObject* v = PyTuple_GET_ITEM(items, i);
-    if (Py_TYPE(v) == g.stub) {
-      PyObject* val = get_slot(v, g.stub_value);
-      if (val == nullptr) return false;
-      if (Py_TYPE(val) == g.dst) {
-        PyObject* ty = get_slot(val, g.dst_ty);
-        PyObject* node = get_slot(val, g.dst_node);
-        if (ty == nullptr || node == nullptr) return false;
-        KeyTemplate::Stub s;
-        s.pos = i;
-        if (Py_TYPE(node) == reinterpret_cast<PyTypeObject*>(g_py.symnode_type)) {
-          for (size_t j = 0; j < ctx.nodes.size(); ++j) {
-            if (ctx.nodes[j] == node) {
-              s.slot = static_cast<int>(j);
-              break;
-            }
-          }
-          if (s.slot < 0) {
-            // a SymNode stock's kernel made: a new one with its value where served
-            // (the call's own key stubs only argument SymNodes)
-            if (own) return false;
-            s.dnode = PyObject_CallOneArg(g.from_node, node);
-            if (s.dnode == nullptr) return false;
-            if (!stub_value(s)) return false;
-          }
-        } else {
-          return false;
-        }
-        s.ty = Py_NewRef(ty);
-        t.stubs.push_back(s);
-        PyTuple_SET_ITEM(t.items, i, Py_NewRef(Py_None));
-        continue;
-      }
-      // (a back-reference inside a stub is kept; a stub of a SymInt not stripped,
-      // or of anything else, leaves the record to Python)
-      if (holds_sym(val, 0)) return false;
-    }
-    if (holds_sym(v, 0)) return false;
-    PyTuple_SET_ITEM(t.items, i, Py_NewRef(v));
-  }
-  return true;
-}
-
-// The key built for this ShapeEnv (new reference), or nullptr with an error.
-PyObject* instantiate(const KeyCtx& ctx, const KeyTemplate& t) {
-  const Py_ssize_t n = PyTuple_GET_SIZE(t.items);
-  PyObject* tup = PyTuple_New(n);
-  if (tup == nullptr) return nullptr;
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    PyTuple_SET_ITEM(tup, i, Py_NewRef(PyTuple_GET_ITEM(t.items, i)));
-  }
-  for (const auto& s : t.stubs) {
-    PyObject* node = nullptr;
-    if (s.slot >= 0) {
-      if (static_cast<size_t>(s.slot) >= ctx.nodes.size()) {
-        PyErr_SetString(PyExc_RuntimeError, "fastfake: key template slot out of range");
-        Py_DECREF(tup);
-        return nullptr;
-      }
-      node = Py_NewRef(ctx.nodes[static_cast<size_t>(s.slot)]);
-    } else if (extract_here(s)) {
-      node = new_py_node(ctx, s.val); // (what extract builds, without its Python call)
-      if (node != nullptr && g_stub_fault > 0) {
-        --g_stub_fault;
-        if (PyObject_SetAttrString(node, "_optimized_summation", Py_True) < 0) PyErr_Clear();
-      }
-    } else {
-      node = PyObject_CallMethodOneArg(s.dnode, g.s_extract, ctx.shape_env);
-    }
-    PyObject* dst = node != nullptr ? alloc(g.dst) : nullptr;
-    PyObject* stub = dst != nullptr ? alloc(g.stub) : nullptr;
-    if (stub == nullptr) {
-      Py_XDECREF(dst);
-      Py_XDECREF(node);
-      Py_DECREF(tup);
-      return nullptr;
-    }
-    set_slot(dst, g.dst_ty, s.ty);
-    set_slot(dst, g.dst_node, node);
-    Py_DECREF(node);
-    set_slot(stub, g.stub_value, dst);
-    Py_DECREF(dst);
-    Py_SETREF(PyTuple_GET_ITEM(tup, s.pos), stub);
-  }
-  PyObject* key = alloc(g.key);
-  if (key == nullptr) {
-    Py_DECREF(tup);
-    return nullptr;
-  }
-  set_slot(key, g.key_key, tup);
-  Py_DECREF(tup);
-  set_slot(key, g.key_hash, t.hash);
-  return key;
-}
-
 // A dict's entry for a key whose hash is known (borrowed), or nullptr.
 PyObject* lookup(PyObject* dict, PyObject* key, Py_hash_t hash) {
   return _PyDict_GetItem_KnownHash(dict, key, hash);
@@ -430,7 +198,7 @@ bool parse_sig(PyObject* per_symbol, std::vector<SigSym>& out) {
     b.size_like = PyTuple_GET_ITEM(e, 4) == Py_True;
     PyObject* rep = PyTuple_GET_ITEM(e, 5);
     b.rep = rep == Py_None ? nullptr : Py_NewRef(rep);
-    b.name = PyObject_GetAttr(b.sym, g.s_name);
+    b.name = PyObject_GetAttr(b.sym, g_pf.s_name);
     if (b.name == nullptr || !PyUnicode_Check(b.name)) return false;
     b.hash = PyObject_Hash(b.sym);
     if (b.hash == -1) return false;
@@ -439,18 +207,6 @@ bool parse_sig(PyObject* per_symbol, std::vector<SigSym>& out) {
 }
 
 } // namespace
-
-void KeyTemplate::release() {
-  Py_CLEAR(items);
-  Py_CLEAR(hash);
-  for (auto& s : stubs) {
-    Py_CLEAR(s.ty);
-    Py_CLEAR(s.dnode);
-    Py_CLEAR(s.val.fields);
-    Py_CLEAR(s.val.proto);
-  }
-  stubs.clear();
-}
 
 FastRecord::~FastRecord() {
   for (auto& s : sig) {
@@ -474,7 +230,7 @@ FastAdmit fast_left_to_python() {
 }
 
 bool fast_enabled() {
-  return g.ready && g.on;
+  return g_pf.ready && g_pf.on;
 }
 
 std::unique_ptr<FastRecord> fast_parse(const KeyCtx& ctx, PyObject* fast) {
@@ -510,7 +266,7 @@ std::unique_ptr<FastRecord> fast_parse(const KeyCtx& ctx, PyObject* fast) {
   }
   for (Py_ssize_t i = 0; ok && i < PyTuple_GET_SIZE(item(6)); ++i) {
     PyObject* p = PyTuple_GET_ITEM(item(6), i);
-    if (!PyTuple_Check(p) || PyTuple_GET_SIZE(p) != 3 || Py_TYPE(PyTuple_GET_ITEM(p, 0)) != g.key) {
+    if (!PyTuple_Check(p) || PyTuple_GET_SIZE(p) != 3 || Py_TYPE(PyTuple_GET_ITEM(p, 0)) != g_pf.key) {
       ok = false;
       break;
     }
@@ -542,15 +298,15 @@ FastAdmit fast_admit(const KeyCtx& ctx, const FastRecord& r, std::vector<PyObjec
     ++g_counts[c];
     return FastAdmit::Decline;
   };
-  PyObject* floor_div = instance_attr(env, g.s_floor_div);
+  PyObject* floor_div = instance_attr(env, g_pf.s_floor_div);
   if (floor_div != Py_False && floor_div != Py_True) return python();
-  PyObject* hints = instance_attr(env, g.s_hints);
-  PyObject* ranges = instance_attr(env, g.s_ranges);
-  PyObject* size_like = instance_attr(env, g.s_size_like);
-  PyObject* reps = instance_attr(env, g.s_replacements);
-  PyObject* axioms = instance_attr(env, g.s_axioms);
-  PyObject* divisible = instance_attr(env, g.s_divisible);
-  PyObject* cache = instance_attr(env, g.s_env_cache);
+  PyObject* hints = instance_attr(env, g_pf.s_hints);
+  PyObject* ranges = instance_attr(env, g_pf.s_ranges);
+  PyObject* size_like = instance_attr(env, g_pf.s_size_like);
+  PyObject* reps = instance_attr(env, g_pf.s_replacements);
+  PyObject* axioms = instance_attr(env, g_pf.s_axioms);
+  PyObject* divisible = instance_attr(env, g_pf.s_divisible);
+  PyObject* cache = instance_attr(env, g_pf.s_env_cache);
   if (hints == nullptr || !PyDict_CheckExact(hints) || ranges == nullptr || !PyDict_CheckExact(ranges) ||
       size_like == nullptr || !PySet_CheckExact(size_like) || reps == nullptr ||
       !PyDict_CheckExact(reps) || axioms == nullptr || !PyDict_CheckExact(axioms) ||
@@ -575,8 +331,8 @@ FastAdmit fast_admit(const KeyCtx& ctx, const FastRecord& r, std::vector<PyObjec
       return decline(kShapeEnv); // unbacked here, or no range
     }
     if (!same(h, s.hint, &error)) return error ? python() : decline(kShapeEnv);
-    PyObject* lower = PyObject_GetAttr(range, g.s_lower);
-    PyObject* upper = lower != nullptr ? PyObject_GetAttr(range, g.s_upper) : nullptr;
+    PyObject* lower = PyObject_GetAttr(range, g_pf.s_lower);
+    PyObject* upper = lower != nullptr ? PyObject_GetAttr(range, g_pf.s_upper) : nullptr;
     if (upper == nullptr) {
       Py_XDECREF(lower);
       return python();
@@ -604,7 +360,7 @@ FastAdmit fast_admit(const KeyCtx& ctx, const FastRecord& r, std::vector<PyObjec
     PyObject* where = cache;
     if (!f.on_env) {
       if (global == nullptr) {
-        global = PyObject_GetAttr(g.mode_class, g.s_cache); // (a class attribute)
+        global = PyObject_GetAttr(g_pf.mode_class, g_pf.s_cache); // (a class attribute)
         if (global == nullptr) return python();
         Py_DECREF(global); // (kept alive by the class)
         if (!PyDict_CheckExact(global)) return python();
@@ -613,13 +369,13 @@ FastAdmit fast_admit(const KeyCtx& ctx, const FastRecord& r, std::vector<PyObjec
     }
     PyObject* e = PyDict_GetItemWithError(where, f.key);
     if (e == nullptr) return PyErr_Occurred() ? python() : decline(kLacksEntry);
-    const int bypass = PyObject_IsInstance(e, g.bypass_entry);
+    const int bypass = PyObject_IsInstance(e, g_pf.bypass_entry);
     if (bypass < 0) return python();
     if (f.reason == Py_None) {
       if (bypass) return decline(kLacksEntry);
     } else {
       if (!bypass) return decline(kLacksEntry);
-      PyObject* reason = PyObject_GetAttr(e, g.s_reason);
+      PyObject* reason = PyObject_GetAttr(e, g_pf.s_reason);
       if (reason == nullptr) return python();
       const bool eq = same(reason, f.reason, &error);
       Py_DECREF(reason);
@@ -673,7 +429,7 @@ bool fast_commit(const KeyCtx& ctx, const FastRecord& r, const std::vector<PyObj
   ++g_counts[kServed];
   if (r.counted_nested) ++g_counts[kServedNested];
   if (!store) return true;
-  PyObject* cache = instance_attr(ctx.shape_env, g.s_env_cache);
+  PyObject* cache = instance_attr(ctx.shape_env, g_pf.s_env_cache);
   if (cache == nullptr || !PyDict_CheckExact(cache) || keys.size() != r.stored.size() + 1) {
     PyErr_SetString(PyExc_RuntimeError, "fastfake: the ShapeEnv's cache changed under a served call");
     return false;
@@ -689,7 +445,7 @@ bool fast_commit(const KeyCtx& ctx, const FastRecord& r, const std::vector<PyObj
     g_stock_counts.misses += static_cast<uint64_t>(r.misses);
     g_stock_counts.hits += static_cast<uint64_t>(r.hits);
     if (PyTuple_GET_SIZE(r.bypasses) > 0) {
-      PyObject* bypasses = PyObject_GetAttr(g.mode_class, g.s_bypasses); // (a defaultdict)
+      PyObject* bypasses = PyObject_GetAttr(g_pf.mode_class, g_pf.s_bypasses); // (a defaultdict)
       const bool ok = bypasses != nullptr && add_counts(bypasses, r.bypasses);
       Py_XDECREF(bypasses);
       if (!ok) return false;
@@ -698,12 +454,12 @@ bool fast_commit(const KeyCtx& ctx, const FastRecord& r, const std::vector<PyObj
   // Inside the kernel of a miss being recorded (fastfake._portable's frames are
   // open): what this replay found, as stock's nested calls would have looked it
   // up, goes to the key log.
-  const int open = PyList_GET_SIZE(g.open) > 0 ? PyObject_IsTrue(PyList_GET_ITEM(g.open, 0)) : 0;
+  const int open = PyList_GET_SIZE(g_pf.open) > 0 ? PyObject_IsTrue(PyList_GET_ITEM(g_pf.open, 0)) : 0;
   if (open < 0) return false;
   if (open) {
     for (const auto& f : r.found) {
       PyObject* logged = PyTuple_Pack(3, f.key, Py_None, f.on_env ? Py_True : Py_False);
-      const bool ok = logged != nullptr && PyList_Append(g.key_log, logged) == 0;
+      const bool ok = logged != nullptr && PyList_Append(g_pf.key_log, logged) == 0;
       Py_XDECREF(logged);
       if (!ok) return false;
     }
@@ -718,19 +474,19 @@ bool fast_commit(const KeyCtx& ctx, const FastRecord& r, const std::vector<PyObj
   if (_PyDict_SetItem_KnownHash(cache, keys.back(), r.entry, r.own.hash_value) < 0) return false;
   // stock's first static evaluation here clears the pending resimplification,
   // which has nothing to resimplify (admitted so)
-  return !r.flips || PyObject_SetAttr(ctx.shape_env, g.s_floor_div, Py_False) == 0;
+  return !r.flips || PyObject_SetAttr(ctx.shape_env, g_pf.s_floor_div, Py_False) == 0;
 }
 
 
 bool fast_verify(PyObject* mode, PyObject* func, PyObject* args, PyObject* kwargs,
                  PyObject* record, bool admitted, const std::vector<PyObject*>& keys) {
-  if (g.verifier == nullptr) return true;
+  if (g_pf.verifier == nullptr) return true;
   PyObject* tup = PyTuple_New(static_cast<Py_ssize_t>(keys.size()));
   if (tup == nullptr) return false;
   for (size_t i = 0; i < keys.size(); ++i) PyTuple_SET_ITEM(tup, i, Py_NewRef(keys[i]));
   PyObject* argv[7] = {mode, func, args, kwargs != nullptr ? kwargs : Py_None, record,
                        admitted ? Py_True : Py_False, tup};
-  PyObject* r = PyObject_Vectorcall(g.verifier, argv, 7, nullptr);
+  PyObject* r = PyObject_Vectorcall(g_pf.verifier, argv, 7, nullptr);
   Py_DECREF(tup);
   if (r == nullptr) {
     // (a test's verifier failed: reported where the test reads it, not raised
@@ -746,66 +502,57 @@ bool fast_verify(PyObject* mode, PyObject* func, PyObject* args, PyObject* kwarg
 
 void portable_fast_setup(PyObject* refs, PyObject* hints_attr) {
   using namespace cache_detail;
-  g.ready = false;
+  g_pf.ready = false;
   if (!PyTuple_Check(refs) || PyTuple_GET_SIZE(refs) != 9 || !PyUnicode_Check(hints_attr)) return;
   for (int i = 0; i < 3; ++i) {
     if (!PyType_Check(PyTuple_GET_ITEM(refs, i))) return;
   }
   // (a second setup replaces the references)
-  PyObject** dst[9] = {reinterpret_cast<PyObject**>(&g.stub), reinterpret_cast<PyObject**>(&g.dst),
-                       reinterpret_cast<PyObject**>(&g.key), &g.bypass_entry, &g.from_node,
-                       &g.free_symbols, &g.mode_class, &g.key_log, &g.open};
+  PyObject** dst[9] = {reinterpret_cast<PyObject**>(&g_pf.stub), reinterpret_cast<PyObject**>(&g_pf.dst),
+                       reinterpret_cast<PyObject**>(&g_pf.key), &g_pf.bypass_entry, &g_pf.from_node,
+                       &g_pf.free_symbols, &g_pf.mode_class, &g_pf.key_log, &g_pf.open};
   for (int i = 0; i < 9; ++i) Py_XSETREF(*dst[i], Py_NewRef(PyTuple_GET_ITEM(refs, i)));
-  Py_XSETREF(g.s_hints, Py_NewRef(hints_attr));
-  PyUnicode_InternInPlace(&g.s_hints);
-  if (!PyList_CheckExact(g.key_log) || !PyList_CheckExact(g.open)) return;
-  g.stub_value = slot_offset(g.stub, "value");
-  g.dst_ty = slot_offset(g.dst, "ty");
-  g.dst_node = slot_offset(g.dst, "node");
-  g.key_key = slot_offset(g.key, "key");
-  g.key_hash = slot_offset(g.key, "hashvalue");
-  if (g.s_ranges == nullptr) {
-    g.s_ranges = PyUnicode_InternFromString("var_to_range");
-    g.s_size_like = PyUnicode_InternFromString("size_like");
-    g.s_replacements = PyUnicode_InternFromString("replacements");
-    g.s_axioms = PyUnicode_InternFromString("axioms");
-    g.s_divisible = PyUnicode_InternFromString("divisible");
-    g.s_floor_div = PyUnicode_InternFromString("_resimplify_floor_div_axioms");
-    g.s_env_cache = PyUnicode_InternFromString("fake_tensor_cache");
-    g.s_lower = PyUnicode_InternFromString("lower");
-    g.s_upper = PyUnicode_InternFromString("upper");
-    g.s_name = PyUnicode_InternFromString("name");
-    g.s_extract = PyUnicode_InternFromString("extract");
-    g.s_reason = PyUnicode_InternFromString("reason");
-    g.s_cache = PyUnicode_InternFromString("cache");
-    g.s_bypasses = PyUnicode_InternFromString("cache_bypasses");
+  Py_XSETREF(g_pf.s_hints, Py_NewRef(hints_attr));
+  PyUnicode_InternInPlace(&g_pf.s_hints);
+  if (!PyList_CheckExact(g_pf.key_log) || !PyList_CheckExact(g_pf.open)) return;
+  g_pf.stub_value = slot_offset(g_pf.stub, "value");
+  g_pf.dst_ty = slot_offset(g_pf.dst, "ty");
+  g_pf.dst_node = slot_offset(g_pf.dst, "node");
+  g_pf.key_key = slot_offset(g_pf.key, "key");
+  g_pf.key_hash = slot_offset(g_pf.key, "hashvalue");
+  if (g_pf.s_ranges == nullptr) {
+    g_pf.s_ranges = PyUnicode_InternFromString("var_to_range");
+    g_pf.s_size_like = PyUnicode_InternFromString("size_like");
+    g_pf.s_replacements = PyUnicode_InternFromString("replacements");
+    g_pf.s_axioms = PyUnicode_InternFromString("axioms");
+    g_pf.s_divisible = PyUnicode_InternFromString("divisible");
+    g_pf.s_floor_div = PyUnicode_InternFromString("_resimplify_floor_div_axioms");
+    g_pf.s_env_cache = PyUnicode_InternFromString("fake_tensor_cache");
+    g_pf.s_lower = PyUnicode_InternFromString("lower");
+    g_pf.s_upper = PyUnicode_InternFromString("upper");
+    g_pf.s_name = PyUnicode_InternFromString("name");
+    g_pf.s_extract = PyUnicode_InternFromString("extract");
+    g_pf.s_reason = PyUnicode_InternFromString("reason");
+    g_pf.s_cache = PyUnicode_InternFromString("cache");
+    g_pf.s_bypasses = PyUnicode_InternFromString("cache_bypasses");
   }
   PyErr_Clear();
   // (slots the layout of these classes must have; otherwise records are admitted
   // in Python)
-  g.ready = g.stub_value >= 0 && g.dst_ty >= 0 && g.dst_node >= 0 && g.key_key >= 0 &&
-      g.key_hash >= 0 && g.s_bypasses != nullptr && g_py.symnode_type != nullptr &&
+  g_pf.ready = g_pf.stub_value >= 0 && g_pf.dst_ty >= 0 && g_pf.dst_node >= 0 && g_pf.key_key >= 0 &&
+      g_pf.key_hash >= 0 && g_pf.s_bypasses != nullptr && g_py.symnode_type != nullptr &&
       g_py.symint_type != nullptr;
 }
 
 bool portable_fast_set(bool on) {
-  const bool was = cache_detail::g.on;
-  cache_detail::g.on = on;
+  const bool was = cache_detail::g_pf.on;
+  cache_detail::g_pf.on = on;
   return was;
-}
-
-void portable_fast_set_stub_extract(PyObject* fn) {
-  using namespace cache_detail;
-  if (g.s_symnode == nullptr) g.s_symnode = PyUnicode_InternFromString("SymNode");
-  PyObject* globals = fn != nullptr && PyFunction_Check(fn) ? PyFunction_GET_GLOBALS(fn) : nullptr;
-  Py_XINCREF(globals);
-  Py_XSETREF(g.extract_globals, globals);
-  Py_XSETREF(g.extract, globals != nullptr ? Py_NewRef(fn) : nullptr);
 }
 
 void portable_fast_set_verifier(PyObject* fn) {
   PyObject* v = fn == Py_None ? nullptr : Py_NewRef(fn);
-  Py_XSETREF(cache_detail::g.verifier, v);
+  Py_XSETREF(cache_detail::g_pf.verifier, v);
 }
 
 std::vector<std::pair<std::string, uint64_t>> portable_fast_counts() {
@@ -823,10 +570,6 @@ void portable_fast_set_counts(const std::vector<std::pair<std::string, uint64_t>
       if (name == kCountNames[i]) g_counts[i] = n;
     }
   }
-}
-
-void portable_fast_inject_stub_fault(int n) {
-  cache_detail::g_stub_fault = n;
 }
 
 void portable_fast_inject_fault(int n, bool commit) {
