@@ -483,7 +483,11 @@ bool global_key(PyObject* mode, PyObject* func, Key& key) {
     key.push_back(0);
     return true;
   }
-  PyObject* settings = instance_attr(shape_env, g_py.s_settings);
+  // (`shape_env.settings` as stock reads it: the instance's own unless the class
+  // has a data descriptor of the name)
+  PyObject* descr = _PyType_Lookup(Py_TYPE(shape_env), g_py.s_settings);
+  PyObject* settings =
+      descr != nullptr && Py_TYPE(descr)->tp_descr_set != nullptr ? nullptr : instance_attr(shape_env, g_py.s_settings);
   if (settings != nullptr) {
     Py_INCREF(settings);
   } else if ((settings = PyObject_GetAttr(shape_env, g_py.s_settings)) == nullptr) {

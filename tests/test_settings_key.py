@@ -154,6 +154,7 @@ def test_other_settings_are_not_served():
     stock, _ = _run(SEQUENCE)
     fastfake.install()
     try:
+        fastfake.cache_clear()  # (nothing learned by the tests before)
         fastfake.reset_stats()
         metas, served = _run(SEQUENCE)
         _check(metas, served, stock)
@@ -166,5 +167,36 @@ def test_other_settings_are_not_served():
             assert wrong[1] > 0, wrong
         finally:
             _C.set_settings_fields(ShapeEnvSettings, names, eq, h)
+    finally:
+        fastfake.uninstall()
+
+
+def test_settings_read_as_stock_reads_them():
+    """The key reads ``shape_env.settings`` as stock's attribute access does: a
+    ShapeEnv whose class has a data descriptor ``settings`` is keyed by what the
+    descriptor returns, not by an instance-dict entry of the same name."""
+
+    class Env(ShapeEnv):
+        @property
+        def settings(self):
+            return self._own_settings
+
+        @settings.setter
+        def settings(self, value):
+            self._own_settings = value
+
+    stock, _ = _run(SEQUENCE[:2])
+    fastfake.install()
+    try:
+        fastfake.cache_clear()  # (nothing learned by the tests before)
+        fastfake.reset_stats()
+        _run([{}])  # learns under the default settings
+        env = Env()
+        vars(env)["settings"] = ShapeEnv().settings  # (what a dict read would find)
+        env.settings = ShapeEnv(trace_asserts=True).settings
+        before = _served()
+        meta = _first_mul(env)
+        assert _served() == before, "served from the default settings' record"
+        assert meta == stock[0]
     finally:
         fastfake.uninstall()
