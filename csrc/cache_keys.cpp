@@ -451,10 +451,9 @@ int64_t settings_bits(PyObject* settings) {
   static PyObject* s_hash = PyUnicode_InternFromString("__hash__");
   PyTypeObject* tp = g_settings.type;
   if (tp == nullptr || Py_TYPE(settings) != tp || s_eq == nullptr || s_hash == nullptr) return -1;
-  // (still the proven methods: the class is not patched since)
-  if (PyDict_GetItemWithError(tp->tp_dict, s_eq) != g_settings.eq ||
-      PyDict_GetItemWithError(tp->tp_dict, s_hash) != g_settings.hash) {
-    PyErr_Clear();
+  // (still the proven methods: the class is not patched since; the lookups
+  // that attribute access makes, served by the type attribute cache)
+  if (_PyType_Lookup(tp, s_eq) != g_settings.eq || _PyType_Lookup(tp, s_hash) != g_settings.hash) {
     return -1;
   }
   int64_t bits = 0;

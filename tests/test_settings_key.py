@@ -108,6 +108,14 @@ def test_patched_method_goes_to_the_hash(installed):
     finally:
         ShapeEnvSettings.__eq__ = eq
     assert _C._settings_key(s) >= 0
+    # (the method attribute access finds: removed from the class, the base's)
+    h = vars(ShapeEnvSettings)["__hash__"]
+    del ShapeEnvSettings.__hash__
+    try:
+        assert _C._settings_key(s) == -1
+    finally:
+        ShapeEnvSettings.__hash__ = h
+    assert _C._settings_key(s) >= 0
 
 
 def _first_mul(env: ShapeEnv):
