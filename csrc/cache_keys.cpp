@@ -3,7 +3,6 @@
 #include "cache_internal.h"
 
 #include <ATen/EmptyTensor.h>
-#include <structmember.h>
 #include <c10/core/DefaultDtype.h>
 #include <c10/core/InferenceMode.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
@@ -420,12 +419,8 @@ void set_settings_fields(PyObject* type, const std::vector<PyObject*>& names, Py
     if (!PyUnicode_Check(name)) {
       off = -2;
     } else if (d != nullptr && Py_TYPE(d) == &PyMemberDescr_Type) {
-      PyMemberDef* m = reinterpret_cast<PyMemberDescrObject*>(d)->d_member;
-      if (m->type == T_OBJECT_EX && reinterpret_cast<PyMemberDescrObject*>(d)->d_common.d_type == tp) {
-        off = m->offset;
-      } else {
-        off = -2;
-      }
+      off = reinterpret_cast<PyMemberDescrObject*>(d)->d_common.d_type == tp ? member_slot_offset(d, false) : -1;
+      if (off < 0) off = -2;
     } else if (d != nullptr && Py_TYPE(d)->tp_descr_set != nullptr) {
       off = -2; // a data descriptor: not the instance dict's value
     } else if (tp->tp_dictoffset == 0) {

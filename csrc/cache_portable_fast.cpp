@@ -32,7 +32,6 @@
 #include "portable_fast_internal.h"
 
 #include <Python.h>
-#include <structmember.h>
 
 #include <unordered_map>
 

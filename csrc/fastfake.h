@@ -17,6 +17,7 @@
 #pragma once
 
 #include <Python.h>
+#include <structmember.h>
 
 #include <ATen/ATen.h>
 #include <c10/util/SmallVector.h>
@@ -245,6 +246,15 @@ PyObject* instance_attr(PyObject* obj, PyObject* name);
 // attribute of that name (borrowed), else nullptr: for a method, the function
 // `obj.<name>()` calls.
 PyObject* class_attr(PyObject* obj, PyObject* name);
+
+// The offset of the object slot that `d` reads, if it is a member descriptor
+// of an object slot (writable ones only, where `writable`), else -1.
+inline Py_ssize_t member_slot_offset(PyObject* d, bool writable) {
+  if (d == nullptr || Py_TYPE(d) != &PyMemberDescr_Type) return -1;
+  PyMemberDef* m = reinterpret_cast<PyMemberDescrObject*>(d)->d_member;
+  if (m->type != T_OBJECT_EX || (writable && (m->flags & READONLY))) return -1;
+  return m->offset;
+}
 
 // Does the FakeTensor carry dispatch keys of its own (`FakeTensor.dispatch_keys`
 // not None: a fake mkldnn tensor on 2.14+, whose meta backing looks strided)?

@@ -6,7 +6,6 @@
 #include "portable_fast.h"
 
 #include <Python.h>
-#include <structmember.h>
 
 namespace fastfake {
 namespace cache_detail {
@@ -49,13 +48,9 @@ struct Refs {
 };
 extern Refs g_pf;
 
-// The offset of a slot (a member descriptor of `tp`), or -1.
+// The offset of a writable object slot `tp` itself defines, or -1.
 inline Py_ssize_t slot_offset(PyTypeObject* tp, const char* name) {
-  PyObject* d = PyDict_GetItemString(tp->tp_dict, name); // borrowed
-  if (d == nullptr || Py_TYPE(d) != &PyMemberDescr_Type) return -1;
-  PyMemberDef* m = reinterpret_cast<PyMemberDescrObject*>(d)->d_member;
-  if (m->type != T_OBJECT_EX || (m->flags & READONLY)) return -1;
-  return m->offset;
+  return member_slot_offset(PyDict_GetItemString(tp->tp_dict, name), true); // (borrowed)
 }
 
 inline PyObject*& slot(PyObject* o, Py_ssize_t off) {
