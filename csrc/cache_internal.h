@@ -50,6 +50,11 @@ struct SymVal {
   // (-1: not looked up, or not interned then)
   mutable long long vid = -1;
   mutable uint64_t vid_gen = 0;
+  // New: the interning dict's size when `proto`'s value was last looked up and
+  // not found there, in generation `miss_gen` (-1: none). The dict only grows
+  // within a generation, so the same size means still not interned.
+  mutable Py_ssize_t miss_size = -1;
+  mutable uint64_t miss_gen = 0;
 };
 
 // Derived quantities cached in a SymbolicShapeMeta.
@@ -259,7 +264,7 @@ bool make_symint(const KeyCtx& ctx, const SymVal& v, c10::SymInt& out);
 // The Python SymNode `SymNode(*fields[:1], shape_env, *fields[1:])` builds for a
 // SymVal::New in this ShapeEnv (from the template where proven), or nullptr with
 // an error set.
-PyObject* new_py_node(const KeyCtx& ctx, const SymVal& v);
+PyObject* new_py_node(const KeyCtx& ctx, const SymVal& v, bool* from_template = nullptr);
 c10::Storage meta_storage(c10::SymInt nbytes);
 PyObject* build_symbolic(
     const KeyCtx& ctx,

@@ -41,6 +41,17 @@ PyObject* g_init_proven = nullptr; // SymNode.__init__, one fastfake knows
 bool g_template_vids = true; // template nodes carry their value id memo
 PyObject* g_s_shape_env = nullptr;
 PyObject* g_s_init = nullptr;
+PyObject* g_kind_methods[3] = {nullptr, nullptr, nullptr}; // is_int, is_float, is_bool
+PyObject* g_kind_names[3] = {nullptr, nullptr, nullptr};
+
+bool kind_names_ready() {
+  if (g_kind_names[0] == nullptr) {
+    g_kind_names[0] = PyUnicode_InternFromString("is_int");
+    g_kind_names[1] = PyUnicode_InternFromString("is_float");
+    g_kind_names[2] = PyUnicode_InternFromString("is_bool");
+  }
+  return g_kind_names[0] != nullptr && g_kind_names[1] != nullptr && g_kind_names[2] != nullptr;
+}
 
 // The dict to keep from a node the constructor built, or nullptr (no error set)
 // when it holds a container (which copies would share) or no `shape_env`.
@@ -56,7 +67,10 @@ PyObject* template_of(PyObject* node) {
     PyErr_Clear();
     return nullptr;
   }
-  bool ok = PyDict_GetItemWithError(copy, g_s_shape_env) != nullptr;
+  // (and none of the methods new_node looks up on the class, so that its nodes'
+  // own dicts need not be searched for them)
+  bool ok = PyDict_GetItemWithError(copy, g_s_shape_env) != nullptr && kind_names_ready();
+  for (PyObject* name : g_kind_names) ok = ok && PyDict_GetItemWithError(copy, name) == nullptr;
   Py_ssize_t pos = 0;
   PyObject *k, *val;
   while (ok && PyDict_Next(copy, &pos, &k, &val)) {
@@ -74,10 +88,16 @@ PyObject* template_of(PyObject* node) {
 // same objects in every copy, so the id holds for every node made from it while
 // the interning dict keeps them; looked up once per generation), else -1.
 long long template_vid(const SymVal& v) {
-  if (v.vid >= 0 && v.vid_gen == vid_generation()) return v.vid;
+  const uint64_t gen = vid_generation();
+  if (v.vid >= 0 && v.vid_gen == gen) return v.vid;
+  if (g_py.sym_vids == nullptr || !PyDict_Check(g_py.sym_vids)) return -1;
+  const Py_ssize_t size = PyDict_GET_SIZE(g_py.sym_vids);
+  if (v.miss_size == size && v.miss_gen == gen) return -1; // (nothing interned since)
   const long long vid = interned_value_vid(v.proto);
   if (vid < 0) {
     PyErr_Clear();
+    v.miss_size = size;
+    v.miss_gen = gen;
     return -1; // (not interned yet: the node's first key interns it)
   }
   v.vid = vid;
@@ -90,7 +110,7 @@ long long template_vid(const SymVal& v) {
 // would set on it (`_fastfake_vid`, its last attribute) where the value is
 // already interned, so the node's first key does not look it up. A new
 // reference, or nullptr.
-PyObject* from_template(const KeyCtx& ctx, const SymVal& v) {
+PyObject* from_template_dict(const KeyCtx& ctx, const SymVal& v) {
   PyObject* proto = v.proto;
   // (object.__new__(SymNode), as the constructor's call starts: new_node checked
   // that SymNode has no __new__ of its own)
@@ -148,15 +168,15 @@ class KnownKindSymNode final : public torch::impl::PythonSymNodeImpl {
 };
 
 namespace {
-PyObject* g_kind_methods[3] = {nullptr, nullptr, nullptr}; // is_int, is_float, is_bool
-PyObject* g_kind_names[3] = {nullptr, nullptr, nullptr};
 
 // 'i' / 'f' / 'b' for a SymNode of that pytype whose class still has the proven
-// kind methods (and the instance none of its own), else 0.
-char known_kind(PyObject* node, PyObject* pytype) {
+// kind methods, as attribute access finds them (the type's attribute cache), and
+// the instance none of its own (known for a node made from a template), else 0.
+char known_kind(PyObject* node, PyObject* pytype, bool from_template) {
   if (g_kind_methods[0] == nullptr) return 0;
   for (int i = 0; i < 3; ++i) {
-    if (class_attr(node, g_kind_names[i]) != g_kind_methods[i]) return 0;
+    if (!from_template && instance_attr(node, g_kind_names[i]) != nullptr) return 0;
+    if (_PyType_Lookup(Py_TYPE(node), g_kind_names[i]) != g_kind_methods[i]) return 0;
   }
   if (pytype == reinterpret_cast<PyObject*>(&PyLong_Type)) return 'i';
   if (pytype == reinterpret_cast<PyObject*>(&PyFloat_Type)) return 'f';
@@ -166,10 +186,9 @@ char known_kind(PyObject* node, PyObject* pytype) {
 } // namespace
 
 void set_symnode_kinds(PyObject* is_int, PyObject* is_float, PyObject* is_bool) {
-  if (g_kind_names[0] == nullptr) {
-    g_kind_names[0] = PyUnicode_InternFromString("is_int");
-    g_kind_names[1] = PyUnicode_InternFromString("is_float");
-    g_kind_names[2] = PyUnicode_InternFromString("is_bool");
+  if (!kind_names_ready()) {
+    PyErr_Clear();
+    return;
   }
   PyObject* fns[3] = {is_int, is_float, is_bool};
   const bool on = is_int != Py_None && is_float != Py_None && is_bool != Py_None;
@@ -196,7 +215,8 @@ bool set_template_vids(bool on) {
   return was;
 }
 
-PyObject* new_py_node(const KeyCtx& ctx, const SymVal& v) {
+PyObject* new_py_node(const KeyCtx& ctx, const SymVal& v, bool* from_template) {
+  if (from_template != nullptr) *from_template = false;
   PyObject* f = v.fields;
   // (a missing hint is computed from the ShapeEnv; translation validation keeps
   // an FX node: the constructor then)
@@ -204,8 +224,11 @@ PyObject* new_py_node(const KeyCtx& ctx, const SymVal& v) {
   const bool templated = g_init_proven != nullptr && PyTuple_GET_ITEM(f, 2) != Py_None &&
       instance_attr(ctx.shape_env, g_py.s_translation_validation) == Py_False &&
       tp->tp_new == PyBaseObject_Type.tp_new &&
-      PyDict_GetItemWithError(tp->tp_dict, g_s_init) == g_init_proven; // (the class's own)
-  if (templated && v.proto != nullptr) return from_template(ctx, v);
+      _PyType_Lookup(tp, g_s_init) == g_init_proven; // (what the call would run)
+  if (templated && v.proto != nullptr) {
+    if (from_template != nullptr) *from_template = true;
+    return from_template_dict(ctx, v);
+  }
   PyObject* argv[7] = {PyTuple_GET_ITEM(f, 0), ctx.shape_env, PyTuple_GET_ITEM(f, 1),
                        PyTuple_GET_ITEM(f, 2), PyTuple_GET_ITEM(f, 3),
                        PyTuple_GET_ITEM(f, 4), PyTuple_GET_ITEM(f, 5)};
@@ -216,9 +239,10 @@ PyObject* new_py_node(const KeyCtx& ctx, const SymVal& v) {
 
 c10::SymNode new_node(const KeyCtx& ctx, const SymVal& v) {
   PyObject* f = v.fields;
-  PyObject* node = new_py_node(ctx, v);
+  bool templated = false;
+  PyObject* node = new_py_node(ctx, v, &templated);
   if (node == nullptr) return c10::SymNode();
-  if (const char kind = known_kind(node, PyTuple_GET_ITEM(f, 1))) {
+  if (const char kind = known_kind(node, PyTuple_GET_ITEM(f, 1), templated)) {
     return c10::SymNode(c10::make_intrusive<KnownKindSymNode>(py::reinterpret_steal<py::object>(node), kind));
   }
   return c10::SymNode(c10::make_intrusive<torch::impl::PythonSymNodeImpl>(

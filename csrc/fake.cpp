@@ -23,7 +23,7 @@ PyObject* instance_attr(PyObject* obj, PyObject* name) {
 
 PyObject* class_attr(PyObject* obj, PyObject* name) {
   if (instance_attr(obj, name) != nullptr) return nullptr;
-  return PyDict_GetItemWithError(Py_TYPE(obj)->tp_dict, name); // borrowed; a str name: no error
+  return _PyType_Lookup(Py_TYPE(obj), name); // borrowed (the type's attribute cache)
 }
 
 PyObject* make_fake_tensor(PyObject* mode, at::Tensor elem, PyObject* device) {

@@ -242,9 +242,9 @@ extern PyRefs g_py;
 // Borrowed lookup of an attribute in an object's instance __dict__ (no descriptors);
 // nullptr if absent. Never sets a Python error.
 PyObject* instance_attr(PyObject* obj, PyObject* name);
-// What `obj.<name>` finds in its class's own dict, where the instance has no
-// attribute of that name (borrowed), else nullptr: for a method, the function
-// `obj.<name>()` calls.
+// What `obj.<name>` finds on its class (along the MRO, as attribute access
+// looks it up), where the instance has no attribute of that name (borrowed),
+// else nullptr: for a method, the function `obj.<name>()` calls.
 PyObject* class_attr(PyObject* obj, PyObject* name);
 
 // The offset of the object slot that `d` reads, if it is a member descriptor

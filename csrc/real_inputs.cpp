@@ -66,10 +66,12 @@ bool allowed(PyObject* mode) {
 enum class Kind { Other, OurFake, Real, Foreign };
 
 Kind kind_of(PyObject* v, PyObject* mode) {
-  if (!THPVariable_Check(v)) return Kind::Other;
+  // (a FakeTensor first: an exact type check, where THPVariable_Check is a full
+  // isinstance that looks up the metaclass's __instancecheck__)
   if (is_fake_exact(v)) {
     return instance_attr(v, g_py.s_fake_mode) == mode ? Kind::OurFake : Kind::Foreign;
   }
+  if (!THPVariable_Check(v)) return Kind::Other;
   PyTypeObject* t = Py_TYPE(v);
   if (reinterpret_cast<PyObject*>(t) == g_py.tensor_type ||
       reinterpret_cast<PyObject*>(t) == g_py.parameter_type) {

@@ -157,10 +157,13 @@ def _same_node(a: SymNode, b: SymNode, vids: dict | None = None) -> None:
         assert type(va[k]) is type(vb[k]) and (va[k] is vb[k] or va[k] == vb[k]), (k, va[k], vb[k])
 
 
-def _template_runs(rng: random.Random, runs: int) -> int:
+def _template_runs(rng: random.Random, runs: int, vids_on: bool = True) -> int:
     """Random recipe values, each built in a run of ShapeEnvs, their values interned
     (or not) and the interning dict emptied in between; returns how many template
-    nodes carried a value id."""
+    nodes carried a value id. With ``vids_on``, every template node (all but the
+    first of a run) whose value was interned when it was made must carry its id:
+    a failed lookup is remembered per template until the dict changes, and that
+    memo must not outlive a change."""
     carried = 0
     for _ in range(runs):
         fields = _fields(rng)
@@ -172,11 +175,16 @@ def _template_runs(rng: random.Random, runs: int) -> int:
             # interned (the dict fills and empties)
             steps += [env, lambda: seen.append(dict(_cache._VIDS))]
             steps += [lambda: _intern_other(rng)] * rng.randrange(3)
+            if rng.random() < 0.3:  # this value interned now (by a key, say)
+                steps.append(lambda f=fields: _cache.sym_vid(_constructed(f, ShapeEnv())))
         nodes = _C._new_symnodes(fields, steps)
-        for env, node, vids in zip(envs, nodes, seen):
+        for i, (env, node, vids) in enumerate(zip(envs, nodes, seen)):
             assert node.shape_env is env
             _same_node(node, _constructed(fields, env), vids)
             carried += "_fastfake_vid" in vars(node)
+            if vids_on and i > 0 and fields[2] is not None:
+                value = (node._expr, node.pytype, node._hint, node.constant, node.fx_node)
+                assert ("_fastfake_vid" in vars(node)) == (value in vids), "an interned value's id not carried"
         assert len({id(n) for n in nodes}) == len(nodes)
     return carried
 
@@ -244,7 +252,53 @@ def test_init_proven_on_this_release():
 def test_template_vids_switch(installed):
     was = _C.set_template_vids(False)
     try:
-        assert _template_runs(random.Random(1), 10) == 0
+        assert _template_runs(random.Random(1), 10, vids_on=False) == 0
     finally:
         _C.set_template_vids(was)
     assert was is True
+
+
+def test_known_kinds_follow_the_class(installed, monkeypatch):
+    """The new SymNodes of a served first call skip c10's ``is_int()`` calls only
+    while ``SymNode.is_int`` (as attribute access finds it) is the proven method:
+    the same counting wrapper is not called where it is registered as proven, and
+    is called once it is only the class's attribute."""
+    from fastfake import _compat
+
+    def inputs():
+        mode = FakeTensorMode(shape_env=ShapeEnv())
+        x = symbolic_fake(mode, 4, 8)
+        with mode:
+            y = torch.ops.aten.neg.default(x)
+        return mode, x, y
+
+    for _ in range(3):  # learned
+        mode, x, y = inputs()
+        with mode:
+            torch.ops.aten.mul.Tensor(x, y)
+    calls = []
+    real = vars(SymNode)["is_int"]
+
+    def counting(self):
+        calls.append(1)
+        return real(self)
+
+    def first_call_calls() -> int:
+        mode, x, y = inputs()
+        served = fastfake.stats().get("cache.symbolic.portable.served", 0)
+        calls.clear()
+        with mode:
+            torch.ops.aten.mul.Tensor(x, y)
+        assert fastfake.stats().get("cache.symbolic.portable.served", 0) == served + 1
+        return len(calls)
+
+    methods = _compat.symnode_kind_methods()
+    assert methods[0] is real
+    monkeypatch.setattr(SymNode, "is_int", counting)
+    try:
+        _C.set_symnode_kinds(counting, *methods[1:])
+        assert first_call_calls() == 0
+        _C.set_symnode_kinds(*methods)
+        assert first_call_calls() > 0
+    finally:
+        _C.set_symnode_kinds(*methods)
