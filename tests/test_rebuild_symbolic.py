@@ -30,7 +30,7 @@ from torch.fx.experimental.sym_node import SymNode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 import fastfake
-from fastfake import _C, _cache, _symnode_int
+from fastfake import _C, _cache, _compat, _symnode_int
 from parity import shape_env_fields, symbolic_fake
 
 pytestmark = pytest.mark.skipif(
@@ -127,12 +127,6 @@ def test_other_clones_are_not_proven(monkeypatch, kind):
             return self
     monkeypatch.setattr(SymNode, "clone", clone)
     assert _symnode_int.clone_returning_node() is None
-
-
-def _compat_portable() -> bool:
-    from fastfake import _compat
-
-    return _compat.portable_entries_known()
 
 
 def _fields(rng: random.Random) -> tuple:
@@ -250,8 +244,6 @@ def test_template_left_where_it_does_not_hold(installed, monkeypatch):
 
 
 def test_init_proven_on_this_release():
-    from fastfake import _compat
-
     assert _compat.symnode_init_source_digest(vars(SymNode)["__init__"]) in _compat.SYMNODE_INIT_SOURCES
 
 
@@ -264,14 +256,12 @@ def test_template_vids_switch(installed):
     assert was is True
 
 
-@pytest.mark.skipif(not _compat_portable(), reason="no portable entries on this release")
+@pytest.mark.skipif(not _compat.portable_entries_known(), reason="no portable entries on this release")
 def test_known_kinds_follow_the_class(installed, monkeypatch):
     """The new SymNodes of a served first call skip c10's ``is_int()`` calls only
     while ``SymNode.is_int`` (as attribute access finds it) is the proven method:
     the same counting wrapper is not called where it is registered as proven, and
     is called once it is only the class's attribute."""
-    from fastfake import _compat
-
     def inputs():
         mode = FakeTensorMode(shape_env=ShapeEnv())
         x = symbolic_fake(mode, 4, 8)
