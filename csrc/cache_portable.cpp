@@ -55,6 +55,7 @@ PyObject* g_learn = nullptr;
 PyObject* g_admit = nullptr;
 PyObject* g_commit = nullptr;
 PyObject* g_log_hit = nullptr;
+PyObject* g_replay = nullptr;
 
 Key portable_key(const Key& key) {
   Key p = key;
@@ -244,6 +245,23 @@ PyObject* rebuild_miss(PyObject* mode, PyObject* args, const KeyCtx& ctx, const 
   return out;
 }
 
+// The ShapeEnv evaluations stock's kernel made where the record was learned,
+// made in this ShapeEnv before it serves (fastfake._portable.replay,
+// fastfake._evals): false when the call must go to stock. A record whose kernel
+// made none and that was learned under the same guard suppression needs no call.
+bool replayed(PyObject* mode, PyObject* record) {
+  if (g_replay == nullptr) return false;
+  PyObject* argv[2] = {mode, record};
+  PyObject* ok = PyObject_Vectorcall(g_replay, argv, 2, nullptr);
+  if (ok == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  const bool r = ok == Py_True;
+  Py_DECREF(ok);
+  return r;
+}
+
 // A first call admitted (or declined) in C++: the miss recipe's outputs, the
 // arguments' derived values seeded, stock's entries stored.
 PyObject* serve_fast(
@@ -259,6 +277,7 @@ PyObject* serve_fast(
     return nullptr; // (a test's check failed: stock computes the call)
   }
   if (!admitted) return nullptr;
+  if (!replayed(mode, pe.record)) return nullptr; // stock computes it
   PyObject* out = rebuild_miss(mode, args, ctx, pe);
   if (out == nullptr) return nullptr; // stock computes it
   // (as fastfake._portable.commit: nothing stored under fastfake's crosscheck,
@@ -355,10 +374,11 @@ void portable_setup(
     PyObject* learn,
     PyObject* admit,
     PyObject* commit,
-    PyObject* log_hit) {
+    PyObject* log_hit,
+    PyObject* replay) {
   using namespace cache_detail;
   for (auto [dst, src] : {std::pair{&g_before, before}, {&g_learn, learn}, {&g_admit, admit},
-                          {&g_commit, commit}, {&g_log_hit, log_hit}}) {
+                          {&g_commit, commit}, {&g_log_hit, log_hit}, {&g_replay, replay}}) {
     Py_XINCREF(src);
     Py_XSETREF(*dst, src);
   }

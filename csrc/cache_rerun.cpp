@@ -147,7 +147,7 @@ void learn(
     return;
   }
   if (!PyTuple_Check(r) || PyTuple_GET_SIZE(r) != 2 || !PyTuple_Check(PyTuple_GET_ITEM(r, 0)) ||
-      PyTuple_GET_SIZE(PyTuple_GET_ITEM(r, 0)) != 4) {
+      PyTuple_GET_SIZE(PyTuple_GET_ITEM(r, 0)) != 6) {
     Py_DECREF(r);
     return;
   }

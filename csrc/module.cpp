@@ -160,12 +160,13 @@ PYBIND11_MODULE(_C, m) {
 
   m.def(
       "setup_portable",
-      [](py::handle before, py::handle learn, py::handle admit, py::handle commit, py::handle log_hit) {
+      [](py::handle before, py::handle learn, py::handle admit, py::handle commit, py::handle log_hit,
+         py::handle replay) {
         portable_setup(before.ptr(), learn.ptr(), admit.ptr(), commit.ptr(),
-                       log_hit.is_none() ? nullptr : log_hit.ptr());
+                       log_hit.is_none() ? nullptr : log_hit.ptr(), replay.ptr());
       },
       py::arg("before"), py::arg("learn"), py::arg("admit"), py::arg("commit"),
-      py::arg("log_hit") = py::none(),
+      py::arg("log_hit"), py::arg("replay"),
       "Bind fastfake._portable's hooks (symbolic entries reused in another ShapeEnv).");
   m.def(
       "setup_stock_key",

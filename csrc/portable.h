@@ -16,7 +16,8 @@ void portable_setup(
     PyObject* learn,
     PyObject* admit,
     PyObject* commit,
-    PyObject* log_hit);
+    PyObject* log_hit,
+    PyObject* replay);
 // Turns serving and learning on or off; returns the previous setting.
 bool portable_set(bool on);
 // While a symbolic miss is being recorded (its kernel running in stock), every call

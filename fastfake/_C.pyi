@@ -179,7 +179,8 @@ def setup_portable(
     learn: Callable[[Any, Any, tuple, Any, Any, Any], Any],
     admit: Callable[[Any, Any, tuple, Any, Any], Any],
     commit: Callable[[Any, Any, Any, bool, bool], None],
-    log_hit: Callable[[Any, Any, tuple, Any], None] | None = None,
+    log_hit: Callable[[Any, Any, tuple, Any], None] | None,
+    replay: Callable[[Any, Any], bool],
 ) -> None:
     """Bind ``fastfake._portable``'s hooks: symbolic result-cache entries reused in
     another ShapeEnv (csrc/cache_portable.cpp). On a symbolic miss C++ asks
@@ -202,7 +203,10 @@ def setup_portable(
     shortcuts leave the calls to stock. A record with a fast form
     (``fastfake._portable._fast_form``) is admitted and committed in C++
     (csrc/cache_portable_fast.cpp) with the same decisions and effects; ``admit`` /
-    ``commit`` then run only where the C++ admission leaves the call to them."""
+    ``commit`` then run only where the C++ admission leaves the call to them.
+    Before a record admitted in C++ serves, ``replay(mode, record)`` makes the
+    ShapeEnv evaluations stock's kernel made where it was learned
+    (``fastfake._evals``); False leaves the call to stock."""
 
 def setup_portable_fast(refs: tuple, hints_attr: str) -> None:
     """Bind what the C++ admission of portable records needs: ``(_PySymInputStub,

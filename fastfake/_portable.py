@@ -81,12 +81,13 @@ from torch.fx.experimental.sym_node import SymNode
 
 from torch.utils import _stats as torch_stats
 
-from . import _cache, _compat, _free_symbols, _stock_cache, _stock_key
+from . import _cache, _compat, _evals, _free_symbols, _stock_cache, _stock_key
 
 _counts: Counter = Counter()
 _NAMES = ("learned", "learned_nested", "served", "served_nested", "impure", "nested",
           "declined.shape_env", "declined.stock_key", "declined.stock_has_entry",
-          "declined.stock_lacks_entry", "output_type")
+          "declined.stock_lacks_entry", "declined.suppression", "declined.replay", "output_type",
+          "unreplayable", "replayed_calls")
 
 
 def counters() -> dict[str, int]:
@@ -238,7 +239,7 @@ def before(mode: Any, args: tuple, kwargs: Any) -> Any:
     inputs = (*args, *kwargs.values()) if kwargs else args
     symbols = _symbols(inputs)
     return (fingerprint(env), symbols, signature(env, symbols), _stock_cache_state(env),
-            _floor_div_state(env), _Frame())
+            _floor_div_state(env), _Frame(), bool(env._suppress_guards_tls()))
 
 
 # What ``torch.utils._stats.count`` counts stock's ``FakeTensorMode.__torch_dispatch__``
@@ -322,19 +323,24 @@ _OPEN = [0]
 
 
 class _Frame:
-    __slots__ = ("start", "open")
+    __slots__ = ("start", "open", "eval_frame", "evals")
 
     def __init__(self) -> None:
         self.start = len(_KEY_LOG)
         self.open = True
         _OPEN[0] += 1
+        # (the ShapeEnv evaluations stock's kernel makes: fastfake._evals)
+        self.eval_frame = _evals.Frame()
+        self.evals: list = []
 
     def close(self) -> list:
-        """The log since this frame opened (empty if it was closed already)."""
+        """The log since this frame opened (empty if it was closed already); the
+        evaluations logged since then go to ``self.evals``."""
         if not self.open:
             return []
         self.open = False
         logged = _KEY_LOG[self.start:]
+        self.evals = self.eval_frame.stop()
         _OPEN[0] -= 1
         if _OPEN[0] <= 0:
             _OPEN[0] = 0
@@ -442,11 +448,16 @@ def learn(mode: Any, func: Any, args: tuple, kwargs: Any, out: Any, state: Any) 
     if the call can serve other ShapeEnvs, else None. ``miss`` describes the outputs
     stock's miss returned, in ``fastfake._cache.learn``'s format; ``fast`` is
     :func:`_fast_form`'s (or None)."""
-    fp, symbols, sig, stock_state, (pending, effective), frame = state
+    fp, symbols, sig, stock_state, (pending, effective), frame, ambient = state
     logged = frame.close()
     env = mode.shape_env
     last = _cache.take_last_symbolic()
     if last is None or sig is None:
+        return None
+    # the evaluations the kernel made, replayed where the record serves
+    calls = _evals.portable_log(env, frame.evals)
+    if calls is None:
+        _counts["unreplayable"] += 1
         return None
     stored_keys: list = []
     nested = _nested(env, stock_state, last, logged, stored_keys)
@@ -496,7 +507,7 @@ def learn(mode: Any, func: Any, args: tuple, kwargs: Any, out: Any, state: Any) 
     _counts["learned"] += 1
     if nested and (nested[0] or nested[1] or nested[4]):
         _counts["learned_nested"] += 1  # with nested calls' entries, lookups or bypasses
-    record = (symbols, sig, entry, pending, flips, nested)
+    record = (symbols, sig, entry, pending, flips, nested, calls, ambient)
     fast = _fast_form(sig, pending, flips, logged[0][0], entry, nested, stored_keys)
     return record, (entry.is_output_tuple, described, None), fast
 
@@ -528,7 +539,7 @@ def _fast_form(sig: tuple, pending: bool, flips: bool, own_key: Any, entry: Any,
 def admit(mode: Any, func: Any, args: tuple, kwargs: Any, record: tuple) -> Any:
     """A first call in another ShapeEnv: ``(validity, stock_key)`` if the recorded
     miss is what stock would do here, else None."""
-    symbols, sig, _entry, pending, _flips, nested = record
+    symbols, sig, _entry, pending, _flips, nested = record[:6]
     env = mode.shape_env
     if _floor_div_state(env) != (pending, False) or signature(env, symbols) != sig:
         _counts["declined.shape_env"] += 1
@@ -558,10 +569,27 @@ def admit(mode: Any, func: Any, args: tuple, kwargs: Any, record: tuple) -> Any:
     if env.fake_tensor_cache.get(key) is not None:
         _counts["declined.stock_has_entry"] += 1  # stock would hit (or bypass) here
         return None
+    if not replay(mode, record):
+        return None
     # (the local entry for this ShapeEnv's later calls stays valid while the
     # closure's replacements are those the signature compared)
     validity = (signature_symbols(sig), tuple(e[5] for e in sig[0]))
     return validity, (key, nested)
+
+
+def replay(mode: Any, record: tuple) -> bool:
+    """Before a record serves: the ShapeEnv evaluations stock's kernel made where
+    it was learned, made here (fastfake._evals), so that this ShapeEnv's
+    evaluation caches -- and any guard they lead to -- end as stock's kernel
+    leaves them. False (counted) if the call must go to stock: another guard
+    suppression than where it was learned, or a result that differs."""
+    env = mode.shape_env
+    why = _evals.replay_record(env, record[6], record[7])
+    if why:
+        _counts[why] += 1
+        return False
+    _counts["replayed_calls"] += len(record[6])
+    return True
 
 
 def commit(mode: Any, keys: Any, record: tuple, store: bool, count: bool = True) -> None:
@@ -621,7 +649,7 @@ def log_hit(mode: Any, func: Any, args: tuple, kwargs: Any) -> None:
 
 
 def setup(C: Any) -> None:
-    C.setup_portable(before, learn, admit, commit, log_hit)
+    C.setup_portable(before, learn, admit, commit, log_hit, replay)
     C.setup_portable_fast(
         (_PySymInputStub, _DeconstructedSymType, ft._DispatchCacheKey, ft._DispatchCacheBypassEntry,
          _DeconstructedSymNode.from_node, _free_symbols.of, ft.FakeTensorMode, _KEY_LOG, _OPEN),

@@ -74,11 +74,12 @@ from typing import Any
 import torch
 from torch._subclasses import fake_tensor as ft
 
-from . import _C, _cache, _compat, _free_symbols, _portable, _stock_cache
+from . import _C, _cache, _compat, _evals, _free_symbols, _portable, _stock_cache
 
 _counts: Counter = Counter()
 # (served, served_scalar, served_other_env and declined.inputs are counted by the extension)
-_NAMES = ("learned", "learned_scalar", "impure", "nested", "declined.shape_env", "declined.output")
+_NAMES = ("learned", "learned_scalar", "impure", "nested", "declined.shape_env", "declined.output",
+          "declined.suppression", "declined.replay", "unreplayable", "replayed_calls")
 #: the ops served this way, with the bypass reason stock counts for them
 #: (the extension counts a served call as one "unsafe view" bypass, the only reason
 #: it keeps a pending count for: setup() refuses any other)
@@ -211,13 +212,20 @@ def before(mode: Any, func: Any, args: tuple, kwargs: Any) -> Any:
     sig = _full_signature(env, symbols, scalar_symbols)
     if sig is None:
         return None
-    return (_portable.fingerprint(env), (symbols, scalar_symbols), sig, _stock_state(env))
+    return (_portable.fingerprint(env), (symbols, scalar_symbols), sig, _stock_state(env),
+            _evals.Frame(), bool(env._suppress_guards_tls()))
 
 
 def learn(mode: Any, func: Any, args: tuple, kwargs: Any, out: Any, state: Any) -> Any:
     """After stock reran the call: ``(record, description)`` or None."""
-    fp, (symbols, scalar_symbols), sig, (hits, misses, bypasses, static, held, extra) = state
+    fp, (symbols, scalar_symbols), sig, (hits, misses, bypasses, static, held, extra), frame, ambient = state
     env = mode.shape_env
+    # the ShapeEnv evaluations stock's kernel made: a served repeat makes them too
+    # (stock reruns the kernel every time; fastfake._evals)
+    calls = _evals.portable_log(env, frame.stop())
+    if calls is None:
+        _counts["unreplayable"] += 1
+        return None
     _stock_cache.flush()
     h2, m2, b2, s2, e2, x2 = _stock_state(env)
     scalar = func not in OPS
@@ -245,7 +253,7 @@ def learn(mode: Any, func: Any, args: tuple, kwargs: Any, out: Any, state: Any) 
         _counts["declined.output"] += 1
         return None
     _counts["learned_scalar" if scalar else "learned"] += 1
-    record = ((symbols, scalar_symbols), sig, [_stamp_all(env, sig, scalar_symbols)], h2 - hits)
+    record = ((symbols, scalar_symbols), sig, [_stamp_all(env, sig, scalar_symbols)], h2 - hits, calls, ambient)
     return record, (False, [("tensor_sym", out, -1 if scalar else 0)], None)
 
 
@@ -254,18 +262,23 @@ def admit(mode: Any, record: tuple, same_env: bool) -> bool:
     record's stamp was taken in this ShapeEnv (else, in another ShapeEnv whose
     symbols have the same names, the signature is compared in full: stock's kernel
     reads nothing else of a ShapeEnv, so equal signatures give the same call)."""
-    (symbols, scalar_symbols), sig, last, _hits = record
+    (symbols, scalar_symbols), sig, last, _hits = record[:4]
     env = mode.shape_env
     if env._resimplify_floor_div_axioms:
         _counts["declined.shape_env"] += 1
         return False
     st = _stamp_all(env, sig, scalar_symbols)
-    if same_env and st == last[0]:
-        return True
-    if _full_signature(env, symbols, scalar_symbols) != sig:
-        _counts["declined.shape_env"] += 1
+    if not (same_env and st == last[0]):
+        if _full_signature(env, symbols, scalar_symbols) != sig:
+            _counts["declined.shape_env"] += 1
+            return False
+        last[0] = st
+    # (the evaluations stock's rerun makes, made here: fastfake._evals)
+    why = _evals.replay_record(env, record[4], record[5])
+    if why:
+        _counts[why] += 1
         return False
-    last[0] = st
+    _counts["replayed_calls"] += len(record[4])
     return True
 
 

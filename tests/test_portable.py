@@ -295,7 +295,7 @@ def test_records_with_replaced_symbols_across_shape_envs(seed):
     fastfake.reset_stats()
     fastfake.install()  # (the hooks are set up once per process, at the first install)
     fastfake.uninstall()
-    _C.setup_portable(_portable.before, _portable.learn, admit, _portable.commit, _portable.log_hit)
+    _C.setup_portable(_portable.before, _portable.learn, admit, _portable.commit, _portable.log_hit, _portable.replay)
     # (the admission in fastfake._portable: the C++ one is compared with it over
     # these programs in tests/test_portable_fast.py)
     fast = _C.set_portable_fast(False)

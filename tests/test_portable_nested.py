@@ -209,7 +209,7 @@ def test_a_replay_that_skips_the_nested_calls_is_caught(side):
     stock = _run_world(False, 0, epochs=3, steps=40)
     if side == "python":
         fast_on = fastfake._C.set_portable_fast(False)
-        fastfake._C.setup_portable(_portable.before, _portable.learn, _portable.admit, broken, _portable.log_hit)
+        fastfake._C.setup_portable(_portable.before, _portable.learn, _portable.admit, broken, _portable.log_hit, _portable.replay)
     else:
         fastfake._C._inject_fault(100000, "portable_commit")
     try:
@@ -217,7 +217,7 @@ def test_a_replay_that_skips_the_nested_calls_is_caught(side):
         fast = _run_world(True, 0, epochs=3, steps=40)
     finally:
         if side == "python":
-            fastfake._C.setup_portable(_portable.before, _portable.learn, _portable.admit, real_commit, _portable.log_hit)
+            fastfake._C.setup_portable(_portable.before, _portable.learn, _portable.admit, real_commit, _portable.log_hit, _portable.replay)
             fastfake._C.set_portable_fast(fast_on)
         else:
             fastfake._C._inject_fault(0, "portable_commit")
