@@ -357,7 +357,7 @@ def _source_digest(compose, table) -> str | None:
 def symnode_binary_source_digest() -> str | None:
     """Digest of the one implementation behind every SymNode binary op (None if it
     cannot be read or the ops do not share one)."""
-    from ._symnode import binary_methods
+    from ._stock_sources import symnode_binary_methods as binary_methods
 
     try:
         methods = binary_methods()
@@ -394,7 +394,7 @@ FAKE_PROP_SOURCES: dict[str, str] = {
 def fake_prop_source_digest() -> str | None:
     """Digest of what ``fastfake._fake_prop.run_node`` replaces (None if a source
     cannot be read)."""
-    from ._fake_prop import stock_sources
+    from ._stock_sources import fake_prop_functions as stock_sources
 
     return _source_digest(
         lambda source: "\n--\n".join(source(fn) for fn in stock_sources()), FAKE_PROP_SOURCES
@@ -402,9 +402,9 @@ def fake_prop_source_digest() -> str | None:
 
 
 def _fake_prop_run_node_source() -> str:
-    from . import _fake_prop
+    from ._stock_sources import fake_prop_functions
 
-    run_node = _fake_prop.stock_sources()[0]
+    run_node = fake_prop_functions()[0]
     try:
         return _code_span_source(run_node)
     except (OSError, TypeError, AttributeError, ValueError):

@@ -32,9 +32,9 @@ def stock_from_real_tensor():
     """Stock's method (read off the class through the install layer's record)."""
     from torch._subclasses.fake_tensor import FakeTensorConverter
 
-    from ._install import _original
+    from ._originals import original
 
-    return _original(FakeTensorConverter, "from_real_tensor")
+    return original(FakeTensorConverter, "from_real_tensor")
 
 
 def setup() -> None:

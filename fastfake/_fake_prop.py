@@ -44,6 +44,8 @@ import logging
 import operator
 from collections import Counter
 
+from ._stock_sources import fake_prop_functions
+
 _counts: Counter = Counter()
 _NAMES = ("fast", "stock.class", "stock.node_meta", "stock.debug_log", "stock.env",
           "stock.op", "stock.placeholder")
@@ -86,27 +88,8 @@ def restore_counters(saved: dict[str, int]) -> None:
     _counts.update(saved)
 
 
-def stock_sources() -> list[object]:
-    """The stock functions :func:`run_node` stands for (their source is what
-    ``_compat.fake_prop_source_digest`` hashes)."""
-    from torch.fx import interpreter, traceback
-    from torch.fx.experimental import proxy_tensor, symbolic_shapes
-    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
-
-    I = interpreter.Interpreter
-    return [
-        _stock_run_node or vars(FakeTensorProp)["run_node"],
-        I.run_node,
-        getattr(I._set_current_node, "__wrapped__", I._set_current_node),
-        getattr(traceback.set_current_meta, "__wrapped__", traceback.set_current_meta),
-        I.fetch_args_kwargs_from_env,
-        I.map_nodes_to_values,
-        I.call_function,
-        I.placeholder,
-        proxy_tensor.snapshot_fake,
-        symbolic_shapes.rebind_unbacked,
-        symbolic_shapes.resolve_unbacked_bindings,
-    ]
+# (which stock functions: fastfake/_stock_sources.py, shared with the proof in _compat)
+stock_sources = fake_prop_functions
 
 
 def available() -> bool:

@@ -18,6 +18,7 @@ from . import (
     _free_symbols,
     _functional,
     _item_memo,
+    _originals,
     _portable,
     _registry,
     _rerun,
@@ -55,7 +56,7 @@ class _State:
     options: Options | None = None  # None: not installed; else what is in force
     requested: Options | None = None  # what install() was last asked for
     selftest: _selftest.Report | None = None  # once per process
-    originals: dict[tuple[type, str], object] = {}
+    originals = _originals.ORIGINALS  # (fastfake/_originals.py)
     setup_done = False
     warned_version = False
 
@@ -112,11 +113,7 @@ def _check_version() -> None:
         )
 
 
-def _original(cls: type, name: str) -> object:
-    key = (cls, name)
-    if key not in _State.originals:
-        _State.originals[key] = cls.__dict__[name]
-    return _State.originals[key]
+_original = _originals.original
 
 
 def _pre_dispatch_infra_modes() -> list | None:

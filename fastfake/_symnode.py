@@ -35,28 +35,14 @@ hint computation raised: stock raises it).
 """
 from __future__ import annotations
 
+from ._stock_sources import symnode_binary_methods
 from . import _C, _compat
 
 _hooks: dict[str, object] = {}
 
 
-def binary_methods() -> list[tuple[str, str, object]]:
-    """(attribute, method, stock function) of every SymNode method stock builds from
-    ``binary_magic_impl``, ``mod`` excepted."""
-    from torch.fx.experimental import sym_node as sn
-
-    out = []
-    trailing = getattr(sn, "magic_methods_on_operator_with_trailing_underscore", set())
-    for method in getattr(sn, "magic_methods", {}):
-        if method == "mod" or method not in getattr(sn, "METHOD_TO_OPERATOR", {}):
-            continue
-        attr = f"_{method}_" if method in trailing else f"_{method}"
-        fn = vars(sn.SymNode).get(attr)
-        inner = getattr(fn, "__wrapped__", None)
-        if getattr(inner, "__name__", None) != "binary_magic_impl":
-            continue
-        out.append((attr, method, fn))
-    return out
+# (which SymNode methods: fastfake/_stock_sources.py, shared with the proof in _compat)
+binary_methods = symnode_binary_methods
 
 
 def available() -> bool:

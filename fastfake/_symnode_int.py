@@ -32,9 +32,9 @@ def stock_function():
     """Stock's ``SymNode.maybe_as_int`` (also while fastfake's is in place)."""
     from torch.fx.experimental.sym_node import SymNode
 
-    from ._install import _State
+    from ._originals import ORIGINALS
 
-    return _State.originals.get((SymNode, "maybe_as_int"), SymNode.__dict__.get("maybe_as_int"))
+    return ORIGINALS.get((SymNode, "maybe_as_int"), SymNode.__dict__.get("maybe_as_int"))
 
 
 def available() -> bool:
