@@ -77,7 +77,7 @@ def _propagate(gm, values, *, n_static: int, symbolic: bool, capture: bool) -> l
 
 
 def _prop_workload(model, inputs, tracing_mode: str, symbolic: bool):
-    from .workloads import trace_functional
+    from .functional import trace_functional
 
     gm, params = trace_functional(model, inputs, tracing_mode)
     values, n_static = list(params) + list(inputs), len(params)

@@ -186,14 +186,14 @@ def _child(args) -> None:
     from torch._dynamo.utils import compilation_time_metrics, counters
     from torch._inductor.graph import GraphLowering
 
-    from . import harness, models
+    from . import models, timers
     from .records import _sum_outputs
 
     spec = models.get(args.model)
     model, inputs = spec.create(args.size)
     codes: list[str] = []
     GraphLowering.save_output_code = staticmethod(codes.append)  # type: ignore[assignment]
-    timer = harness.DispatchTimer() if args.fake_share else None
+    timer = timers.DispatchTimer() if args.fake_share else None
     if timer is not None:
         timer.__enter__()
     fastfake.reset_stats()

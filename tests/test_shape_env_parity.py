@@ -13,8 +13,6 @@ with a stock process fed the same plan (tests/wholetrace.py; a longer run:
 """
 from __future__ import annotations
 
-import sys
-
 import pytest
 import sympy
 import torch

@@ -226,7 +226,6 @@ def _unbacked_bindings(gm: Any) -> list:
 
 def run_trace(item: dict) -> dict:
     import torch
-    import torch.nn.functional as F  # noqa: F401  (the programs use it)
     from torch.fx.experimental.proxy_tensor import make_fx
 
     ns: dict = {"torch": torch, "F": torch.nn.functional}
