@@ -12,6 +12,7 @@ import torch
 
 from . import (
     _C,
+    _accelerations,
     _compat,
     _convert,
     _detach,
@@ -240,7 +241,7 @@ def install(
     if _State.requested == opts:
         return
     # stock's cache key built in C++ (proved here, with stock's state preserved)
-    stock_key = opts.cache and not _env_flag("FASTFAKE_NO_STOCK_KEY")
+    stock_key = opts.cache and not _env_flag(_accelerations.BY_NAME["stock_key"].switch)
     _check_version()
     ft, _ = _torch_internals()
     # Setting up and self-testing run stock fake ops; stock's dispatch cache and
@@ -265,7 +266,7 @@ def install(
         cache_max_entries=CACHE_MAX_ENTRIES,
         cache_max_bytes=CACHE_MAX_BYTES,
         cache_symbolic=_symbolic_cache_allowed(_State.selftest),
-        real_inputs=not _env_flag("FASTFAKE_NO_REAL_INPUTS"),
+        real_inputs=not _env_flag(_accelerations.BY_NAME["real_inputs"].switch),
     )
     report = _State.selftest
     _C.set_portable(opts.cache and _portable_allowed(report))
@@ -295,21 +296,9 @@ def install(
     _State.requested = requested
 
 
-#: Each feature the self-test judges that a switch can turn off, and the switch.
-SWITCHES = {
-    "cache_symbolic": "FASTFAKE_NO_SYMBOLIC_CACHE",
-    "cache_portable": "FASTFAKE_NO_PORTABLE",
-    "cache_rerun": "FASTFAKE_NO_RERUN",
-    "cache_rerun_scalar": "FASTFAKE_NO_RERUN_SCALAR",
-    "cache_item_memo": "FASTFAKE_NO_ITEM_MEMO",
-    "functional_storage": "FASTFAKE_NO_FUNCTIONAL_MEMO",
-    "detach": "FASTFAKE_NO_FAST_DETACH",
-    "convert": "FASTFAKE_NO_FAST_CONVERT",
-    "symnode_memo": "FASTFAKE_NO_SYMNODE_MEMO",
-    "fake_prop": "FASTFAKE_NO_FAKE_PROP",
-    "symnode_expr": "FASTFAKE_NO_SYMNODE_EXPR",
-    "symnode_int": "FASTFAKE_NO_SYMNODE_INT",
-}
+#: Each feature the self-test judges that a switch can turn off, and the switch (from
+#: the one table of accelerations, fastfake/_accelerations.py).
+SWITCHES = _accelerations.env_switches()
 
 
 def _allowed(report, feature: str) -> bool:

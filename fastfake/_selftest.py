@@ -32,26 +32,11 @@ from dataclasses import dataclass, field
 import optree
 import torch
 
-from . import _C, _counters, _functional, _symnode
+from . import _C, _accelerations, _counters, _functional, _symnode
 
-#: fastfake features and the counters that show each one served a result.
-FEATURES = {
-    "elementwise": ("elementwise.hit",),
-    "cache": ("cache.hit",),
-    "cache_symbolic": ("cache.symbolic.hit",),
-    "cache_portable": ("cache.symbolic.portable.served",),
-    "cache_rerun": ("cache.symbolic.rerun.served",),
-    "cache_rerun_scalar": ("cache.symbolic.rerun.served_scalar",),
-    "cache_item_memo": ("cache.item_memo.served",),
-    "device": ("device.fast",),
-    "functional_storage": ("functional.storage.hit", "functional.storage.replayed"),
-    "detach": ("detach.fast",),
-    "convert": ("convert.fast",),
-    "symnode_memo": ("symnode.memo.hit",),
-    "fake_prop": ("fake_prop.fast",),
-    "symnode_expr": ("symnode.expr.served",),
-    "symnode_int": ("symnode.int.served",),
-}
+#: fastfake features and the counters that show each one served a result (from the
+#: one table of accelerations, fastfake/_accelerations.py).
+FEATURES = _accelerations.selftest_features()
 
 
 def _served(counts: dict, feature: str) -> int:

@@ -5,6 +5,7 @@
     python -m fastfake run --report-json stats.json train.py
     python -m fastfake report stats.json             # that run's report again
     python -m fastfake doctor                        # this torch, the self-test, the costs
+    python -m fastfake accelerations                 # the table of accelerations
 
 ``run`` installs fastfake, runs the program as ``python`` would (``sys.argv``, its
 ``__main__``, ``sys.path[0]`` the script's folder), and prints a one-screen report to
@@ -60,15 +61,10 @@ def format_report(data: dict, top: int = 10) -> str:
                      f"({100.0 * served / total:.1f}%), {_fmt(stock)} computed by stock")
     else:
         lines.append("  fake dispatch: no FakeTensorMode call was made")
-    parts = [
-        ("elementwise", s.get("elementwise.hit", 0)),
-        ("result cache", s.get("cache.hit", 0)),
-        ("  of which symbolic", s.get("cache.symbolic.hit", 0)),
-        ("first calls from other ShapeEnvs", s.get("cache.symbolic.portable.served", 0)),
-        ("repeats stock reruns", s.get("cache.symbolic.rerun.served", 0) + s.get("cache.symbolic.rerun.served_scalar", 0)),
-        ("SymNode arithmetic (memo)", s.get("symnode.memo.hit", 0)),
-        ("conversions of real tensors", s.get("convert.fast", 0)),
-    ]
+    from . import _accelerations
+
+    parts = [(acc.title.replace("`", ""), sum(s.get(c, 0) for c in acc.served))
+             for acc in _accelerations.ACCELERATIONS]
     shown = [(k, v) for k, v in parts if v]
     if shown:
         lines.append("  served by:")
@@ -184,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     rep.add_argument("path")
     rep.add_argument("--top", type=int, default=10)
     sub.add_parser("doctor", help="this torch build, the self-test per acceleration, install cost")
+    sub.add_parser("accelerations", help="the table of accelerations (markdown)")
     a = p.parse_args(argv)
     if a.cmd == "run":
         return _run(a)
@@ -195,5 +192,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"fastfake report: cannot read {a.path}: {e}", file=sys.stderr)
             return 2
         print(format_report(data, a.top))
+        return 0
+    if a.cmd == "accelerations":
+        from . import _accelerations
+
+        print(_accelerations.markdown())
         return 0
     return _doctor(a)

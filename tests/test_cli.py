@@ -111,3 +111,27 @@ def test_format_report_counts():
     assert "10 calls, 6 served (60.0%), 4 computed by stock" in text
     assert "cache.bypass.stock_uncacheable" in text and "aten.mm.default" in text
     assert "result cache" not in text  # nothing served there
+
+
+def test_readme_table_is_the_registry_s():
+    from fastfake import _accelerations
+
+    readme = open(os.path.join(ROOT, "README.md")).read()
+    assert _accelerations.markdown() in readme
+    r = _py("-m", "fastfake", "accelerations")
+    assert r.returncode == 0 and r.stdout.strip() == _accelerations.markdown()
+
+
+def test_the_registry_drives_the_self_test_and_the_switches():
+    import fastfake
+    from fastfake import _accelerations, _install, _selftest
+
+    assert _selftest.FEATURES == _accelerations.selftest_features()
+    assert _install.SWITCHES == _accelerations.env_switches()
+    names = set(_accelerations.BY_NAME)
+    known = set(fastfake.stats())
+    for a in _accelerations.ACCELERATIONS:
+        assert set(a.needs) <= names, a.name
+        for c in a.served:
+            assert c.startswith(a.counters) and c in known, (a.name, c)
+        assert a.env_switch or a.switch.startswith("install("), a.name
