@@ -142,6 +142,10 @@ PyObject* portable_before(PyObject* mode, PyObject* args, PyObject* kwargs, cons
     PyErr_Clear();
     return nullptr;
   }
+  if (r == Py_None) {
+    Py_DECREF(r); // (a call that is never recorded: nothing to learn)
+    return nullptr;
+  }
   PyObject* bytes = PyBytes_FromStringAndSize(
       reinterpret_cast<const char*>(masks.data()),
       static_cast<Py_ssize_t>(masks.size() * sizeof(uint32_t)));

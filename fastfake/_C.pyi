@@ -184,7 +184,7 @@ def setup_portable(
 ) -> None:
     """Bind ``fastfake._portable``'s hooks: symbolic result-cache entries reused in
     another ShapeEnv (csrc/cache_portable.cpp). On a symbolic miss C++ asks
-    ``before(mode, args, kwargs)`` for a snapshot of the ShapeEnv before stock runs
+    ``before(mode, args, kwargs)`` for a snapshot of the ShapeEnv before stock runs (None: the call is never recorded)
     (and notes the derived values -- numel, contiguity -- each argument has
     memoised); if stock missed and no output holds an argument's memoised value,
     ``learn(mode, func, args, kwargs, out, snapshot)``

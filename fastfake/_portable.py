@@ -174,8 +174,11 @@ def signature(env: Any, symbols: tuple) -> tuple | None:
     replacement closure (static evaluation of an expression reads its symbols'
     replacements, and theirs), each symbol's hint, value range, size-likeness and
     replacement; the axioms and divisibility facts over the closure."""
-    symbols = replacement_closure(env, symbols)
     hints = _compat.backed_hints(env)
+    for s in symbols:
+        if s not in hints:
+            return None  # (before the closure: unbacked symbols are common and never served)
+    symbols = replacement_closure(env, symbols)
     replacements = env.replacements
     ranges = env.var_to_range
     size_like = env.size_like
@@ -238,7 +241,13 @@ def before(mode: Any, args: tuple, kwargs: Any) -> Any:
     env = mode.shape_env
     inputs = (*args, *kwargs.values()) if kwargs else args
     symbols = _symbols(inputs)
-    return (fingerprint(env), symbols, signature(env, symbols), _stock_cache_state(env),
+    sig = signature(env, symbols)
+    if sig is None:
+        # an unbacked or specialised symbol: never recorded, so nothing more to
+        # snapshot (C++ then does not call learn(); data-dependent programs make
+        # thousands of such misses)
+        return None
+    return (fingerprint(env), symbols, sig, _stock_cache_state(env),
             _floor_div_state(env), _Frame(), bool(env._suppress_guards_tls()))
 
 
