@@ -157,16 +157,21 @@ def replay(env: Any, calls: tuple) -> bool:
     return True
 
 
-def replay_record(env: Any, calls: tuple, ambient: bool) -> str:
-    """Before a record serves in ``env``: its calls replayed; the reason it must
-    go to stock instead ("declined.suppression": not under the guard suppression
-    it was learned under; "declined.replay": a result differs), or ""."""
+def replay_record(env: Any, calls: tuple, ambient: bool, counts: Any) -> bool:
+    """Before a record serves in ``env``: its calls replayed (``counts``, the
+    record's module's Counter, gains ``replayed_calls``); False if the call must go
+    to stock instead, counted under the reason: "declined.suppression" (not under
+    the guard suppression it was learned under) or "declined.replay" (a result
+    differs)."""
     if bool(env._suppress_guards_tls()) != ambient:
-        return "declined.suppression"
+        counts["declined.suppression"] += 1
+        return False
     if calls and not replay(env, calls):
-        return "declined.replay"
+        counts["declined.replay"] += 1
+        return False
+    counts["replayed_calls"] += len(calls)
     mark_served(env)
-    return ""
+    return True
 
 
 _SERVED = [0]

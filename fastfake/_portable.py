@@ -592,13 +592,7 @@ def replay(mode: Any, record: tuple) -> bool:
     evaluation caches -- and any guard they lead to -- end as stock's kernel
     leaves them. False (counted) if the call must go to stock: another guard
     suppression than where it was learned, or a result that differs."""
-    env = mode.shape_env
-    why = _evals.replay_record(env, record[6], record[7])
-    if why:
-        _counts[why] += 1
-        return False
-    _counts["replayed_calls"] += len(record[6])
-    return True
+    return _evals.replay_record(mode.shape_env, record[6], record[7], _counts)
 
 
 def commit(mode: Any, keys: Any, record: tuple, store: bool, count: bool = True) -> None:

@@ -274,12 +274,7 @@ def admit(mode: Any, record: tuple, same_env: bool) -> bool:
             return False
         last[0] = st
     # (the evaluations stock's rerun makes, made here: fastfake._evals)
-    why = _evals.replay_record(env, record[4], record[5])
-    if why:
-        _counts[why] += 1
-        return False
-    _counts["replayed_calls"] += len(record[4])
-    return True
+    return _evals.replay_record(env, record[4], record[5], _counts)
 
 
 def stock_reason_for_symfloat() -> str | None:
