@@ -251,8 +251,9 @@ PyObject* rebuild_miss(PyObject* mode, PyObject* args, const KeyCtx& ctx, const 
 
 // The ShapeEnv evaluations stock's kernel made where the record was learned,
 // made in this ShapeEnv before it serves (fastfake._portable.replay,
-// fastfake._evals): false when the call must go to stock. A record whose kernel
-// made none and that was learned under the same guard suppression needs no call.
+// fastfake._evals): false when the call must go to stock. Called for every
+// record, also one whose kernel made no evaluation: the guard suppression is
+// compared there, and the crosscheck learns that the call was served.
 bool replayed(PyObject* mode, PyObject* record) {
   if (g_replay == nullptr) return false;
   PyObject* argv[2] = {mode, record};

@@ -357,10 +357,10 @@ def _source_digest(compose, table) -> str | None:
 def symnode_binary_source_digest() -> str | None:
     """Digest of the one implementation behind every SymNode binary op (None if it
     cannot be read or the ops do not share one)."""
-    from ._stock_sources import symnode_binary_methods as binary_methods
+    from ._stock_sources import symnode_binary_methods
 
     try:
-        methods = binary_methods()
+        methods = symnode_binary_methods()
         codes = {fn.__wrapped__.__code__ for _, _, fn in methods}  # type: ignore[attr-defined]
     except (TypeError, AttributeError):
         return None
@@ -394,10 +394,10 @@ FAKE_PROP_SOURCES: dict[str, str] = {
 def fake_prop_source_digest() -> str | None:
     """Digest of what ``fastfake._fake_prop.run_node`` replaces (None if a source
     cannot be read)."""
-    from ._stock_sources import fake_prop_functions as stock_sources
+    from ._stock_sources import fake_prop_functions
 
     return _source_digest(
-        lambda source: "\n--\n".join(source(fn) for fn in stock_sources()), FAKE_PROP_SOURCES
+        lambda source: "\n--\n".join(source(fn) for fn in fake_prop_functions()), FAKE_PROP_SOURCES
     )
 
 

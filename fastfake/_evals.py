@@ -17,10 +17,9 @@ So which guards a trace ends with depends on which evaluations ran when: a call
 served without running stock's kernel must still make the evaluations the
 kernel would have made, in the same order and under the same guard suppression,
 or a later evaluation in that ShapeEnv can find another cache state and add
-another guard (issue: "a guard lost by a record learned in another ShapeEnv";
-the kernel's contiguity check cached ``Ne(s, Max(1, s//2))`` as unknown, and
-stock's later ``set_meta`` guarded on it; served without the kernel, the later
-evaluation found it implied).
+another guard (seen: the kernel's contiguity check cached ``Ne(s, Max(1,
+s//2))`` as unknown, and stock's later ``set_meta`` guarded on it; served without
+the kernel, the later evaluation found it implied; docs/shape-env-parity.md).
 
 While fastfake records a stock miss (fastfake._portable's learning frame), the
 three entry points are wrapped and every outermost call on a ShapeEnv is logged

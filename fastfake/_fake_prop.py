@@ -44,8 +44,6 @@ import logging
 import operator
 from collections import Counter
 
-from ._stock_sources import fake_prop_functions
-
 _counts: Counter = Counter()
 _NAMES = ("fast", "stock.class", "stock.node_meta", "stock.debug_log", "stock.env",
           "stock.op", "stock.placeholder")
@@ -87,9 +85,6 @@ def restore_counters(saved: dict[str, int]) -> None:
     _counts.clear()
     _counts.update(saved)
 
-
-# (which stock functions: fastfake/_stock_sources.py, shared with the proof in _compat)
-stock_sources = fake_prop_functions
 
 
 def available() -> bool:

@@ -114,7 +114,6 @@ def _check_version() -> None:
         )
 
 
-_original = _originals.original
 
 
 def _pre_dispatch_infra_modes() -> list | None:
@@ -142,7 +141,7 @@ def _setup() -> None:
     _C.setup(
         ft.FakeTensor,
         ft.FakeTensorMode,
-        _original(ft.FakeTensorMode, "__torch_dispatch__"),
+        _originals.original(ft.FakeTensorMode, "__torch_dispatch__"),
         stats_mod.simple_call_counter,
         check,
         _compat.fake_dict_template(),
@@ -412,17 +411,17 @@ def _apply(ft, opts: Options) -> None:
     _patch(
         ft.FakeTensorMode,
         "_output_from_cache_entry",
-        capturing(_original(ft.FakeTensorMode, "_output_from_cache_entry")) if opts.cache else None,
+        capturing(_originals.original(ft.FakeTensorMode, "_output_from_cache_entry")) if opts.cache else None,
     )
     _patch(
         ft.FakeTensorMode,
         "_cache_key",
-        _portable.key_logger(_original(ft.FakeTensorMode, "_cache_key")) if opts.cache else None,
+        _portable.key_logger(_originals.original(ft.FakeTensorMode, "_cache_key")) if opts.cache else None,
     )
     _patch(
         ft.FakeTensor,
         "device",
-        _C.make_device_descriptor(_original(ft.FakeTensor, "device")) if opts.device else None,
+        _C.make_device_descriptor(_originals.original(ft.FakeTensor, "device")) if opts.device else None,
     )
     # Stock's cache statistics count the calls served here; clearing stock's cache
     # clears fastfake's (fastfake/_stock_cache.py).
@@ -432,7 +431,7 @@ def _apply(ft, opts: Options) -> None:
         ("cache_info", _stock_cache.make_cache_info),
         ("cache_clear", _stock_cache.make_cache_clear),
     ):
-        original = _original(ft.FakeTensorMode, name)
+        original = _originals.original(ft.FakeTensorMode, name)
         _patch(ft.FakeTensorMode, name, make(original) if serving else None)
 
 
@@ -507,7 +506,7 @@ def _run_selftest(ft) -> _selftest.Report:
         features.append("symnode_expr")
     if _symnode_int.available():
         features.append("symnode_int")
-    report = _stored_or_run(features, lambda: _selftest.run(only, _original(ft.FakeTensor, "device"), features))
+    report = _stored_or_run(features, lambda: _selftest.run(only, _originals.original(ft.FakeTensor, "device"), features))
     for feature, why in report.failures.items():
         warnings.warn(
             f"fastfake: the install-time self-test found a difference from stock on torch "
@@ -559,7 +558,7 @@ def _proven(opts: Options, report) -> Options:
 
 
 def _patch(cls: type, name: str, replacement: object | None) -> None:
-    original = _original(cls, name)
+    original = _originals.original(cls, name)
     current = cls.__dict__.get(name)
     if replacement is None:
         if current is not original:

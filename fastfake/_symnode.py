@@ -41,8 +41,6 @@ from . import _C, _compat
 _hooks: dict[str, object] = {}
 
 
-# (which SymNode methods: fastfake/_stock_sources.py, shared with the proof in _compat)
-binary_methods = symnode_binary_methods
 
 
 def available() -> bool:
@@ -78,7 +76,7 @@ def setup(C=_C) -> None:
         vars(logging_internal),
         (sym_node.sym_node_log, recording.trace_shape_events_log),
     )
-    for attr, method, fn in binary_methods():
+    for attr, method, fn in symnode_binary_methods():
         _hooks[attr] = C.symnode_memo_hook(method, fn)
 
 

@@ -21,7 +21,6 @@ import os
 import runpy
 import sys
 import time
-from typing import Any
 
 _REASON_PARTS = (".bypass.", ".fallback.", ".reject.", ".declined.", ".stock.")
 
@@ -103,24 +102,17 @@ def _run(args: argparse.Namespace) -> int:
             print("fastfake run: a script or -m module is needed", file=sys.stderr)
             return 2
         target, rest = args.args[0], args.args[1:]
-    code: Any = 0
+    sys.argv = [target, *rest]
     try:
         if args.module:
-            sys.argv = [target, *rest]
             runpy.run_module(target, run_name="__main__", alter_sys=True)
         else:
-            sys.argv = [target, *rest]
             sys.path[0] = os.path.dirname(os.path.abspath(target))
             runpy.run_path(target, run_name="__main__")
-    except SystemExit as e:
-        code = e.code
+    finally:
+        # (also on SystemExit and exceptions, which then go on as the program's own)
         _report(args)
-        raise
-    except BaseException:
-        _report(args)
-        raise
-    _report(args)
-    return 0 if code is None else code
+    return 0
 
 
 def _report(args: argparse.Namespace) -> None:

@@ -9,7 +9,8 @@ import pytest
 import torch
 from torch.fx.experimental.sym_node import SymNode
 
-from fastfake import _compat, _fake_prop, _symnode
+from fastfake import _compat
+from fastfake import _stock_sources as stock_lists
 
 SOURCE = '''
 import functools
@@ -50,8 +51,8 @@ def mod(tmp_path):
 
 
 def _stock_sources():
-    out = list(_fake_prop.stock_sources()) + [SymNode.expr.fget, SymNode.maybe_as_int]
-    methods = _symnode.binary_methods()
+    out = list(stock_lists.fake_prop_functions()) + [SymNode.expr.fget, SymNode.maybe_as_int]
+    methods = stock_lists.symnode_binary_methods()
     if methods:
         out += [methods[0][2], methods[0][2].__wrapped__]
     return out

@@ -30,7 +30,7 @@ from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, Stateles
 
 import fastfake
 import parity
-from fastfake import _C, _symnode, _symnode_expr, _symnode_int
+from fastfake import _C, _stock_sources, _symnode, _symnode_expr, _symnode_int
 from test_stateful import _clear_shape_env_method_caches
 
 pytestmark = pytest.mark.skipif(
@@ -455,7 +455,7 @@ def test_uninstall_restores_symnode_methods():
 def test_env_var_turns_it_off(monkeypatch):
     monkeypatch.setenv("FASTFAKE_NO_SYMNODE_MEMO", "1")
     fastfake.install()
-    assert all(vars(SymNode)[k] is fn for k, _, fn in _symnode.binary_methods())
+    assert all(vars(SymNode)[k] is fn for k, _, fn in _stock_sources.symnode_binary_methods())
 
 
 def test_unknown_source_is_not_offered():

@@ -215,13 +215,7 @@ def describe_shape_env(env: Any) -> dict:
         "divisible": sorted(str(d) for d in env.divisible),
         "size_like": sorted(str(s) for s in env.size_like),
         "axioms": len(env.axioms),
-        "unbacked": [getattr(env, "unbacked_symint_counter", None).__class__.__name__],
     }
-
-
-def _unbacked_bindings(gm: Any) -> list:
-    return [[n.name, {str(k): str(v) for k, v in n.meta["unbacked_bindings"].items()}]
-            for n in gm.graph.nodes if n.meta.get("unbacked_bindings")]
 
 
 def run_trace(item: dict) -> dict:
@@ -241,7 +235,6 @@ def run_trace(item: dict) -> dict:
         if tracer == "make_fx":
             gm = make_fx(f, tracing_mode="symbolic")(*args)
             out["graphs"] = [describe_graph(gm)]
-            out["unbacked"] = _unbacked_bindings(gm)
             out["shape_env"] = describe_shape_env(_shape_env_of(gm))
         elif tracer == "aot":
             from functorch.compile import aot_function
@@ -272,7 +265,6 @@ def run_trace(item: dict) -> dict:
             ep = export(M(), tuple(args), dynamic_shapes=dims)
             gm = ep.graph_module
             out["graphs"] = [describe_graph(gm)]
-            out["unbacked"] = _unbacked_bindings(gm)
             out["range_constraints"] = sorted((str(k), str(v)) for k, v in ep.range_constraints.items())
             out["shape_env"] = describe_shape_env(_shape_env_of(gm))
     except Exception as e:  # noqa: BLE001 - stock's error is part of the outcome
