@@ -1,7 +1,7 @@
 """Build and install fastfake: `pip install --no-build-isolation .`
 
 The C++ extension is compiled against the torch that is already installed (one
-of fastfake._compat.SUPPORTED_TORCH_VERSIONS), so the build must not be isolated
+of fastfake.common.compat.SUPPORTED_TORCH_VERSIONS), so the build must not be isolated
 from it, and the package requires exactly that torch release.
 """
 import glob
@@ -21,8 +21,11 @@ def version() -> str:
     return ns["__version__"]
 
 
-sources = sorted(glob.glob(os.path.join("csrc", "*.cpp")))
-headers = sorted(glob.glob(os.path.join("csrc", "*.h")))
+# csrc/<subsystem>/*.cpp and csrc/module.cpp; headers are included by their path
+# from csrc/ ("cache/internal.h").
+sources = sorted(glob.glob(os.path.join("csrc", "**", "*.cpp"), recursive=True))
+headers = sorted(glob.glob(os.path.join("csrc", "**", "*.h"), recursive=True))
+
 
 setup(
     name="fastfake",
@@ -35,6 +38,7 @@ setup(
             name="fastfake._C",
             sources=sources,
             depends=headers,
+            include_dirs=[os.path.join(ROOT, "csrc")],
             extra_compile_args=["-O2", "-fvisibility=hidden", "-Wno-unused-parameter"],
         )
     ],

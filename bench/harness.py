@@ -46,7 +46,8 @@ def forget_signatures() -> None:
     for the latter; a no-op if they are missing."""
     fastfake.cache_clear()
     try:
-        from fastfake import _C, _registry
+        from fastfake import _C
+        from fastfake.elementwise import registry as _registry
 
         _C.clear_elementwise()
         _registry.register_all(_C)

@@ -26,7 +26,7 @@ warm
     training or serving job pays.
 
 fastfake's install-time self-test result, which ``install()`` keeps on disk for
-an unchanged installation (``fastfake/_selftest_store.py``), is kept per workload
+an unchanged installation (``fastfake/core/selftest_store.py``), is kept per workload
 in a directory filled by one ``install()`` before the repetitions, cold and warm
 alike: it belongs to the installation, not to the compile caches (so no timed
 process runs the self-test's programs; the child reports where its result came

@@ -81,7 +81,7 @@ def main(argv=None) -> int:
     line("after the same calls again")
     FakeTensorMode.cache_clear()
     line("after FakeTensorMode.cache_clear()")
-    from fastfake import _install
+    from fastfake.core import install as _install
 
     print(f"evictions {fastfake.stats()['cache.evict']}; bounds {_install.CACHE_MAX_BYTES >> 20} MiB / "
           f"{_install.CACHE_MAX_ENTRIES} entries")

@@ -1,17 +1,22 @@
 // pybind11 bindings of fastfake._C (documented in fastfake/_C.pyi).
-#include "compat.h"
-#include "fastfake.h"
-#include "portable.h"
-#include "portable_fast.h"
-#include "cache_internal.h"
-#include "stock_key.h"
-#include "rerun.h"
-#include "item_memo.h"
-#include "symnode_expr.h"
-#include "symnode_int.h"
-#include "file_listing.h"
-#include "stock_calls.h"
-#include "symnode_memo.h"
+#include "common/compat.h"
+#include "common/fastfake.h"
+#include "cache/portable.h"
+#include "cache/portable_fast.h"
+#include "cache/internal.h"
+#include "stock/key.h"
+#include "cache/rerun.h"
+#include "cache/item_memo.h"
+#include "symbolic/symnode_expr.h"
+#include "symbolic/symnode_int.h"
+#include "common/file_listing.h"
+#include "stock/calls.h"
+#include "symbolic/symnode_memo.h"
+#include "dispatch/dispatch.h"
+#include "elementwise/elementwise.h"
+#include "cache/cache.h"
+#include "convert/convert.h"
+#include "stock/counts.h"
 
 #include <pybind11/pybind11.h>
 #include <torch/csrc/utils/pybind.h>
@@ -40,7 +45,7 @@ py::object steal_or_throw(PyObject* o) {
 }
 
 // Non-zero _inject_fault requests in this process: a self-test result kept on
-// disk is not used once a fault was asked for (fastfake/_selftest_store.py).
+// disk is not used once a fault was asked for (fastfake/core/selftest_store.py).
 long g_faults_requested = 0;
 
 } // namespace
@@ -167,7 +172,7 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("before"), py::arg("learn"), py::arg("admit"), py::arg("commit"),
       py::arg("log_hit"), py::arg("replay"),
-      "Bind fastfake._portable's hooks (symbolic entries reused in another ShapeEnv).");
+      "Bind fastfake.cache.portable's hooks (symbolic entries reused in another ShapeEnv).");
   m.def(
       "setup_stock_key",
       [](py::handle key_type,
@@ -206,7 +211,7 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("before"), py::arg("learn"), py::arg("admit"), py::arg("ops"), py::arg("scalar_ops"),
       py::arg("symfloat_type"),
-      "Bind fastfake._rerun's hooks, its ops (symbolic calls stock never caches) and its scalar ops "
+      "Bind fastfake.cache.rerun's hooks, its ops (symbolic calls stock never caches) and its scalar ops "
       "(calls with a SymFloat argument, which stock never caches), and torch.SymFloat.");
   m.def(
       "set_rerun",
@@ -230,7 +235,7 @@ PYBIND11_MODULE(_C, m) {
       [](py::handle op, py::handle reason, py::handle eligible) {
         item_memo_setup(op.ptr(), reason.ptr(), eligible.ptr());
       },
-      "Bind the op, stock's bypass reason and fastfake._item_memo.eligible (`.item()` repeats).");
+      "Bind the op, stock's bypass reason and fastfake.cache.item_memo.eligible (`.item()` repeats).");
   m.def(
       "set_item_memo",
       [](bool on) { return item_memo_set(on); },
@@ -246,7 +251,7 @@ PYBIND11_MODULE(_C, m) {
          py::tuple loggers) {
         symnode_memo_setup(symnode.ptr(), m2o.ptr(), params.ptr(), logging_dict.ptr(), loggers.ptr());
       },
-      "Bind what the SymNode memo reads on every call (fastfake._symnode).");
+      "Bind what the SymNode memo reads on every call (fastfake.symbolic.symnode_memo).");
   m.def(
       "symnode_memo_hook",
       [](py::handle method, py::handle stock) {
@@ -332,7 +337,7 @@ PYBIND11_MODULE(_C, m) {
       },
       py::arg("type"), py::arg("names"), py::arg("eq"), py::arg("hash"),
       "ShapeEnvSettings, its field names, __eq__ and __hash__ where "
-      "fastfake._compat.settings_fields proves they read nothing but the fields "
+      "fastfake.common.compat.settings_fields proves they read nothing but the fields "
       "(None, (), None, None otherwise): the cache key then holds such settings as "
       "their fields' values instead of their hash.");
   m.def(
@@ -343,7 +348,7 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "vids_cleared",
       []() { cache_detail::vids_cleared(); },
-      "fastfake._cache.sym_vid emptied its interning dict: value ids C++ looked up "
+      "fastfake.cache.learn.sym_vid emptied its interning dict: value ids C++ looked up "
       "before are not reused.");
   m.def(
       "set_template_vids",
@@ -354,7 +359,7 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "set_symnode_template",
       [](py::handle init) { cache_detail::set_symnode_template(init.ptr()); },
-      "SymNode.__init__ where it is one fastfake knows (fastfake._compat."
+      "SymNode.__init__ where it is one fastfake knows (fastfake.common.compat."
       "SYMNODE_INIT_SOURCES), else None: while it is SymNode's constructor, a recipe's "
       "new SymNodes are copies of the instance dict it built for the first one.");
   m.def(
@@ -423,19 +428,19 @@ PYBIND11_MODULE(_C, m) {
       [](py::handle refs, py::handle hints_attr) { portable_fast_setup(refs.ptr(), hints_attr.ptr()); },
       "Bind what portable records admitted in C++ need: (_PySymInputStub, "
       "_DeconstructedSymType, _DispatchCacheKey, _DispatchCacheBypassEntry, "
-      "_DeconstructedSymNode.from_node, fastfake._free_symbols.of, FakeTensorMode, "
-      "fastfake._portable._KEY_LOG, fastfake._portable._OPEN) and "
+      "_DeconstructedSymNode.from_node, fastfake.cache.free_symbols.of, FakeTensorMode, "
+      "fastfake.cache.portable._KEY_LOG, fastfake.cache.portable._OPEN) and "
       "the name of the ShapeEnv's backed hints.");
   m.def(
       "set_portable_fast",
       [](bool on) { return portable_fast_set(on); },
-      "Admit and commit portable records in C++ (else in fastfake._portable); returns "
+      "Admit and commit portable records in C++ (else in fastfake.cache.portable); returns "
       "the previous setting.");
   m.def(
       "set_stub_extract",
       [](py::handle fn) { portable_fast_set_stub_extract(fn.is_none() ? nullptr : fn.ptr()); },
       py::arg("fn"),
-      "_DeconstructedSymNode.extract where fastfake._compat.stub_extract proves it "
+      "_DeconstructedSymNode.extract where fastfake.common.compat.stub_extract proves it "
       "returns SymNode(self._expr, shape_env, self.pytype, self._hint, self.constant, "
       "self.fx_node) (None otherwise): the new SymNodes of stock's keys that a served "
       "first call stores are then made in C++ as the constructor makes them.");
@@ -448,7 +453,7 @@ PYBIND11_MODULE(_C, m) {
       "portable_fast_counts",
       []() { return portable_fast_counts(); },
       "[(name, n)]: portable first calls served / declined by the C++ admission, and "
-      "left to fastfake._portable ('python').");
+      "left to fastfake.cache.portable ('python').");
   m.def("portable_fast_set_counts", [](const std::vector<std::pair<std::string, uint64_t>>& c) {
     portable_fast_set_counts(c);
   });
@@ -682,7 +687,7 @@ PYBIND11_MODULE(_C, m) {
         }
         return py::bytes(out);
       },
-      "The file listing behind the self-test store's key (csrc/file_listing.h).");
+      "The file listing behind the self-test store's key (csrc/common/file_listing.h).");
   m.def("_elementwise_sizes", []() { return steal_or_throw(elementwise_sizes()); });
   m.def("stock_calls", &stock_calls, "Calls handed to stock per overload: name -> (outermost, nested).");
   m.def("stock_calls_set", &stock_calls_set);

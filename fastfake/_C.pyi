@@ -19,7 +19,7 @@ def setup(
 ) -> None:
     """Bind the torch objects the extension works with (called once by install()).
     ``fake_device_attr`` names the FakeTensor instance attribute holding its fake
-    device on this release (``fastfake._compat.fake_device_attr()``)."""
+    device on this release (``fastfake.common.compat.fake_device_attr()``)."""
 
 def built_for() -> str:
     """The torch release (``major.minor.patch``) the extension was compiled against."""
@@ -35,11 +35,11 @@ def setup_symbolic(
     """Bind what symbolic cache keys and entries need: ``SymNode`` (new output
     SymNodes are built as ``SymNode(expr, shape_env, pytype, hint, constant, fx_node,
     optimized_summation)``), ``torch.SymInt``, and the helpers of
-    ``fastfake._cache``: ``sym_vid(node)`` (interned value id, memoised on the
+    ``fastfake.cache.learn``: ``sym_vid(node)`` (interned value id, memoised on the
     node), ``still_valid(shape_env, validity)`` (an entry's symbols still have the
     replacements it was recorded under) and ``capture_begin(mode, func, args)``
     (collect the output stock synthesises for this call's new entry). ``sym_vids``
-    is the hook's interning dict (``fastfake._cache._VIDS``): a node whose value it
+    is the hook's interning dict (``fastfake.cache.learn._VIDS``): a node whose value it
     already holds gets its id in C++, from the same five instance-dict fields, the
     hook only for new values (and wherever a field is missing or the class has a
     data descriptor of its name)."""
@@ -47,7 +47,7 @@ def setup_symbolic(
 
 def set_symint_clone(clone: Any) -> None:
     """``SymNode.clone`` where it is proven to return its node
-    (``fastfake._symnode_int.clone_returning_node``), else None. While fastfake's C
+    (``fastfake.symbolic.symnode_int.clone_returning_node``), else None. While fastfake's C
     ``SymNode.maybe_as_int`` is in place, rebuilt outputs' symbolic sizes are then
     laid out without c10's per-value Python calls (each value stored as
     ``SymInt::clone()`` gives it: the int where ``maybe_as_int`` gives one, else the
@@ -55,19 +55,19 @@ def set_symint_clone(clone: Any) -> None:
 
 def set_symnode_template(init: Any) -> None:
     """``SymNode.__init__`` where it is one fastfake knows
-    (``fastfake._compat.SYMNODE_INIT_SOURCES``), else None. While it is SymNode's
+    (``fastfake.common.compat.SYMNODE_INIT_SOURCES``), else None. While it is SymNode's
     constructor, a recipe's new SymNodes after the first are copies of the instance
     dict the constructor built for it, with their own ShapeEnv (not for a missing
     hint, nor under translation validation)."""
 
 def set_symnode_kinds(is_int: Any, is_float: Any, is_bool: Any) -> None:
     """``SymNode.is_int`` / ``is_float`` / ``is_bool`` where each is the proven ``return
-    self.pytype is <type>`` (``fastfake._compat.symnode_kind_methods``), else None:
+    self.pytype is <type>`` (``fastfake.common.compat.symnode_kind_methods``), else None:
     a recipe's new SymNodes then answer c10's kind questions without a Python call."""
 
 def set_settings_fields(type: Any, names: list[str], eq: Any, hash: Any) -> None:
     """``ShapeEnvSettings``, its field names, ``__eq__`` and ``__hash__`` where
-    ``fastfake._compat.settings_fields`` proves that those two read nothing but the
+    ``fastfake.common.compat.settings_fields`` proves that those two read nothing but the
     fields (``None, (), None, None`` otherwise). Stock's cache key holds the
     settings object; the result cache's key then holds the bits of its fields when
     every one is a bool (equal bits: equal settings), else its hash. Checked on
@@ -81,7 +81,7 @@ def _settings_key(settings: Any) -> int:
 
 
 def vids_cleared() -> None:
-    """``fastfake._cache.sym_vid`` emptied its interning dict: value ids C++ looked
+    """``fastfake.cache.learn.sym_vid`` emptied its interning dict: value ids C++ looked
     up before (the ones template SymNodes carry) are not reused."""
 
 
@@ -111,7 +111,7 @@ def _symbolic_layout(sizes: list[Any], strides: list[Any], offset: Any, direct: 
 
 def setup_real_inputs(tensor_type: type, parameter_type: type, tls: Any, policy: Any) -> None:
     """Bind ``torch.Tensor``, ``torch.nn.Parameter``, stock's ``fake_tensor_tls``
-    (``allow_non_fake_inputs_override``) and ``fastfake._real_inputs.policy`` (per op:
+    (``allow_non_fake_inputs_override``) and ``fastfake.convert.real_inputs.policy`` (per op:
     0 stock's, 1 convert only next to a fake argument, 2 convert)."""
 
 def make_fast_dispatch() -> Any:
@@ -149,13 +149,13 @@ def setup_convert(
     (``torch.nested._internal.nested_tensor._tensor_symint_registry``; conversions
     wait for stock while it holds anything), ``torch.device("cpu")``, and whether
     stock copies a ``grad_dtype`` differing from the dtype onto the fake
-    (``fastfake._compat.tensors_have_grad_dtype()``; a requires-grad tensor is
+    (``fastfake.common.compat.tensors_have_grad_dtype()``; a requires-grad tensor is
     served only if its ``grad_dtype`` is its dtype)."""
 
 def convert_real(converter: Any, fake_mode: Any, t: Any) -> Any:
     """``FakeTensorConverter.from_real_tensor(fake_mode, t)`` (no shape env, source,
     symbolic context or make_constant: the caller checks those) in C++
-    (``csrc/convert.cpp``): stock's memo first (``converter._get_memo(t)``, counted
+    (``csrc/convert/convert.cpp``): stock's memo first (``converter._get_memo(t)``, counted
     ``convert.memo``); then, for a plain real tensor -- a CPU ``torch.Tensor`` /
     ``nn.Parameter`` leaf with a plain dense TensorImpl, not a view, no ``.grad``,
     not an inference tensor, no conj / neg bit, storage offset 0, a nonempty
@@ -182,8 +182,8 @@ def setup_portable(
     log_hit: Callable[[Any, Any, tuple, Any], None] | None,
     replay: Callable[[Any, Any], bool],
 ) -> None:
-    """Bind ``fastfake._portable``'s hooks: symbolic result-cache entries reused in
-    another ShapeEnv (csrc/cache_portable.cpp). On a symbolic miss C++ asks
+    """Bind ``fastfake.cache.portable``'s hooks: symbolic result-cache entries reused in
+    another ShapeEnv (csrc/cache/portable.cpp). On a symbolic miss C++ asks
     ``before(mode, args, kwargs)`` for a snapshot of the ShapeEnv before stock runs (None: the call is never recorded)
     (and notes the derived values -- numel, contiguity -- each argument has
     memoised); if stock missed and no output holds an argument's memoised value,
@@ -201,27 +201,27 @@ def setup_portable(
     its kernel calls ``log_hit(mode, func, args, kwargs)`` (stock's key for the call
     into the record's log), and the elementwise path and the negative entries'
     shortcuts leave the calls to stock. A record with a fast form
-    (``fastfake._portable._fast_form``) is admitted and committed in C++
-    (csrc/cache_portable_fast.cpp) with the same decisions and effects; ``admit`` /
+    (``fastfake.cache.portable._fast_form``) is admitted and committed in C++
+    (csrc/cache/portable_fast.cpp) with the same decisions and effects; ``admit`` /
     ``commit`` then run only where the C++ admission leaves the call to them.
     Before a record admitted in C++ serves, ``replay(mode, record)`` makes the
     ShapeEnv evaluations stock's kernel made where it was learned
-    (``fastfake._evals``); False leaves the call to stock."""
+    (``fastfake.parity.evals``); False leaves the call to stock."""
 
 def setup_portable_fast(refs: tuple, hints_attr: str) -> None:
     """Bind what the C++ admission of portable records needs: ``(_PySymInputStub,
     _DeconstructedSymType, _DispatchCacheKey, _DispatchCacheBypassEntry,
-    _DeconstructedSymNode.from_node, fastfake._free_symbols.of, FakeTensorMode,
-    fastfake._portable._KEY_LOG, fastfake._portable._OPEN)`` and the name of the
-    ShapeEnv's backed hints (``fastfake._compat.backed_hints_attr``). The C++
+    _DeconstructedSymNode.from_node, fastfake.cache.free_symbols.of, FakeTensorMode,
+    fastfake.cache.portable._KEY_LOG, fastfake.cache.portable._OPEN)`` and the name of the
+    ShapeEnv's backed hints (``fastfake.common.compat.backed_hints_attr``). The C++
     admission stays off unless the three key classes have the slots it writes."""
 
 def set_portable_fast(on: bool) -> bool:
     """Admit and commit portable records in C++ (else every first call goes through
-    ``fastfake._portable.admit`` / ``commit``); returns the previous setting."""
+    ``fastfake.cache.portable.admit`` / ``commit``); returns the previous setting."""
 
 def set_stub_extract(fn: Any) -> None:
-    """``_DeconstructedSymNode.extract`` where ``fastfake._compat.stub_extract`` proves
+    """``_DeconstructedSymNode.extract`` where ``fastfake.common.compat.stub_extract`` proves
     it is ``return SymNode(self._expr, shape_env, self.pytype, self._hint,
     self.constant, self.fx_node)`` (None otherwise). A served first call stores
     stock's keys in the new ShapeEnv's cache; a stub whose SymNode stock's kernel
@@ -241,7 +241,7 @@ def portable_fast_counts() -> list[tuple[str, int]]:
     """``[(name, n)]``: first calls the C++ admission served (``served``,
     ``served_nested``), declined (``declined.shape_env``,
     ``declined.stock_has_entry``, ``declined.stock_lacks_entry``) and left to
-    ``fastfake._portable`` (``python``); ``stats()`` adds them to the
+    ``fastfake.cache.portable`` (``python``); ``stats()`` adds them to the
     ``cache.symbolic.portable.*`` counters of the same names
     (``admitted_python`` for the last)."""
 
@@ -250,7 +250,7 @@ def portable_fast_set_counts(counts: list[tuple[str, int]]) -> None:
 
 def portable_fast_clear_memo() -> None:
     """Drop the C++ admission's free symbols, memoised by expression identity
-    (``fastfake._free_symbols.clear()`` calls it)."""
+    (``fastfake.cache.free_symbols.clear()`` calls it)."""
 
 def portable_memo_counts() -> tuple[int, int]:
     """``(refused, declined)``: calls not recorded because an output holds a
@@ -273,8 +273,8 @@ def setup_stock_key(
     """Bind stock's ``_DispatchCacheKey``, ``_PySymInputStub``, ``_InputBackref`` and
     ``torch.Size`` for :func:`stock_cache_key`, say whether the release's key holds
     the proxy-tracing flag after the ShapeEnv settings
-    (``fastfake._compat.stock_key_head``), and turn it on or off
-    (csrc/stock_key.cpp; ``fastfake._stock_key`` proves it against stock's own keys
+    (``fastfake.common.compat.stock_key_head``), and turn it on or off
+    (csrc/stock/key.cpp; ``fastfake.stock.key`` proves it against stock's own keys
     at install before turning it on)."""
 
 def stock_key_on() -> bool:
@@ -311,8 +311,8 @@ def setup_rerun(
     scalar_ops: tuple[Any, ...],
     symfloat_type: type,
 ) -> None:
-    """Bind ``fastfake._rerun``'s hooks and the ops it serves: symbolic calls stock
-    never caches (csrc/cache_rerun.cpp). For a symbolic call of one of ``ops`` with a
+    """Bind ``fastfake.cache.rerun``'s hooks and the ops it serves: symbolic calls stock
+    never caches (csrc/cache/rerun.cpp). For a symbolic call of one of ``ops`` with a
     negative result-cache entry, or a call ``(FakeTensor, SymFloat)`` of one of
     ``scalar_ops`` (its key holds the SymFloat's value id and never enters the
     result cache; ``symfloat_type`` is ``torch.SymFloat``), C++ asks
@@ -349,7 +349,7 @@ def rerun_set_counts(served: int, declined_inputs: int, served_scalar: int, othe
     """Put saved counts back (the self-test restores the user's counters)."""
 
 def setup_item_memo(op: Any, reason: str, eligible: Callable[[Any], bool]) -> None:
-    """Bind ``.item()`` repeats (csrc/item_memo.cpp, ``fastfake._item_memo``): ``op``
+    """Bind ``.item()`` repeats (csrc/cache/item_memo.cpp, ``fastfake.cache.item_memo``): ``op``
     (``aten._local_scalar_dense.default``), ``reason`` (stock's bypass reason for it,
     ``"data dependent output"``) and ``eligible(mode)``. A negative static
     result-cache entry learned from stock's ``"stock: <reason>"`` description of
@@ -376,8 +376,8 @@ def setup_symnode_memo(
     logging_internal: dict[str, Any],
     loggers: tuple[Any, ...],
 ) -> None:
-    """Bind what the SymNode memo reads on every call (csrc/symnode_memo.cpp,
-    ``fastfake._symnode``): the SymNode class (operands must be exactly it),
+    """Bind what the SymNode memo reads on every call (csrc/symbolic/symnode_memo.cpp,
+    ``fastfake.symbolic.symnode_memo``): the SymNode class (operands must be exactly it),
     stock's ``METHOD_TO_OPERATOR`` (the hint is ``op(self.hint, other.hint)``),
     sympy's ``global_parameters`` (evaluate / distribute must be on), the
     ``torch._logging._internal`` module dict (``GET_DTRACE_STRUCTURED`` must be
@@ -397,7 +397,7 @@ def set_symnode_memo(on: bool) -> bool:
 
 def set_symnode_memo_check(check: Callable[[str, Any, Any, Any, Any], bool] | None) -> None:
     """crosscheck: ``check(method, served, stock, self, other)`` after every served
-    call (``fastfake._symnode.check`` raises :class:`fastfake.CrosscheckError`)."""
+    call (``fastfake.symbolic.symnode_memo.check`` raises :class:`fastfake.CrosscheckError`)."""
 
 def symnode_memo_size() -> int:
     """Number of memo entries."""
@@ -417,7 +417,7 @@ def symnode_memo_set_counts(counts: dict[str, int]) -> None:
 
 def setup_symnode_expr(symnode: type) -> None:
     """Bind the SymNode class :func:`symnode_expr_descriptor` serves exactly
-    (csrc/symnode_expr.cpp, fastfake/_symnode_expr.py)."""
+    (csrc/symbolic/symnode_expr.cpp, fastfake/symbolic/symnode_expr.py)."""
 
 def symnode_expr_descriptor(stock: property, rule: int) -> Any:
     """A descriptor for ``SymNode.expr`` that computes the stock property's body in C
@@ -447,8 +447,8 @@ def symnode_expr_set_counts(counts: dict[str, int]) -> None:
 
 def setup_symnode_int(symnode: type, stock: Any) -> None:
     """Bind the SymNode class :func:`symnode_int_method` serves exactly and stock's
-    ``maybe_as_int`` function, called for anything else (csrc/symnode_int.cpp,
-    fastfake/_symnode_int.py)."""
+    ``maybe_as_int`` function, called for anything else (csrc/symbolic/symnode_int.cpp,
+    fastfake/symbolic/symnode_int.py)."""
 
 def symnode_int_method() -> Any:
     """What ``SymNode.maybe_as_int`` becomes: an instance method over a C function
@@ -501,12 +501,12 @@ def cache_bytes() -> int:
 def cache_size() -> int:
     """Number of result-cache entries."""
 
-# ---- stock's cache statistics for served calls (csrc/stock_counts.cpp) ----
+# ---- stock's cache statistics for served calls (csrc/stock/counts.cpp) ----
 
 def take_stock_counts() -> tuple[int, int, int, int, int]:
     """(hits, misses, non-fake-tensor bypasses, unsafe-view bypasses,
     symbolic-shape bypasses) stock's dispatch cache would have counted for the calls
-    served since the last take; zeroes them (fastfake/_stock_cache.py adds them to
+    served since the last take; zeroes them (fastfake/stock/cache.py adds them to
     ``FakeTensorMode.cache_hits`` / ``cache_misses`` /
     ``cache_bypasses["non-fake tensor"]`` / ``cache_bypasses["unsafe view"]`` /
     ``cache_bypasses["symbolic shape"]``; a served call with a SymFloat argument is
@@ -567,7 +567,7 @@ def _inject_fault(n: int, kind: str = "dtype") -> None:
 def _faults_requested() -> int:
     """Testing only: how many non-zero faults :func:`_inject_fault` was asked for in
     this process. A self-test result kept on disk is not used once one was
-    (``fastfake/_selftest_store.py``): the self-test must judge the fault."""
+    (``fastfake/core/selftest_store.py``): the self-test must judge the fault."""
 
 
 def register_elementwise(
@@ -576,7 +576,7 @@ def register_elementwise(
     """Register a pointwise overload by its name (``str(op)``, e.g.
     ``"aten.add.Tensor"``). ``args`` are the schema arguments in order as
     ``(name, kind, kwarg_only, has_default, default)`` with ``kind`` an ArgKind code
-    (see fastfake._registry.ARG_KINDS). The registration is bound to the overload
+    (see fastfake.elementwise.registry.ARG_KINDS). The registration is bound to the overload
     object the first time one with that name is dispatched; an overload object
     whose name is not registered is remembered as such (a bounded set of owned
     references, emptied by any registration or :func:`clear_elementwise`). A
@@ -595,14 +595,14 @@ def file_listing(root: str, suffixes: list[str], skip_dirs: list[str]) -> bytes:
     each one's entries in name order, its files before its subdirectories;
     subdirectories named in ``skip_dirs`` and symbolic links to directories are not
     entered; what cannot be read gives ``b"!path:OSError\\n"``. The self-test
-    store's key is made of it (``fastfake/_selftest_store.py``); the GIL is released."""
+    store's key is made of it (``fastfake/core/selftest_store.py``); the GIL is released."""
 
 def stock_calls() -> dict[str, tuple[int, int]]:
     """Calls handed to stock's ``__torch_dispatch__`` (every ``dispatch.stock``), per
     overload name (``str(op)``): ``(outermost, nested)``, nested meaning that a stock
     call of the same thread was in progress (stock's own kernel dispatched it). At
     most a bound of names (4,096); later new names count under ``"other"``
-    (``csrc/stock_calls.cpp``)."""
+    (``csrc/stock/calls.cpp``)."""
 
 def stock_calls_set(calls: dict[str, tuple[int, int]]) -> None:
     """Replace those counts (``{}`` zeroes them; the self-test saves and restores)."""

@@ -36,8 +36,8 @@ def _check_build() -> None:
 
 _check_build()
 
-from ._crosscheck import CrosscheckError
-from ._install import (
+from fastfake.parity.crosscheck import CrosscheckError
+from fastfake.core.install import (
     SUPPORTED_TORCH_VERSIONS,
     cache_clear,
     enabled,
@@ -46,7 +46,7 @@ from ._install import (
     selftest_report,
     uninstall,
 )
-from ._stats import elementwise_report, reset_stats, stats, stock_report
+from fastfake.core.stats import elementwise_report, reset_stats, stats, stock_report
 
 __all__ = [
     "__version__",

@@ -60,7 +60,7 @@ def format_report(data: dict, top: int = 10) -> str:
                      f"({100.0 * served / total:.1f}%), {_fmt(stock)} computed by stock")
     else:
         lines.append("  fake dispatch: no FakeTensorMode call was made")
-    from . import _accelerations
+    from fastfake.core import accelerations as _accelerations
 
     parts = [(acc.title.replace("`", ""), sum(s.get(c, 0) for c in acc.served))
              for acc in _accelerations.ACCELERATIONS]
@@ -132,7 +132,7 @@ def _doctor(args: argparse.Namespace) -> int:
     import torch
 
     import fastfake
-    from fastfake import _compat
+    from fastfake.common import compat as _compat
 
     t1 = time.perf_counter()
     fastfake.install()
@@ -148,12 +148,16 @@ def _doctor(args: argparse.Namespace) -> int:
     print(f"install() {1000 * (t2 - t1):.0f} ms (the self-test and the proofs of stock's code)")
     rep = fastfake.selftest_report()
     print(f"self-test: {rep.get('source')} ({rep.get('seconds', 0):.2f} s when run), store: {rep.get('store')}")
-    passed, served, failures = rep.get("passed", {}), rep.get("served", {}), rep.get("failures", {})
-    width = max((len(k) for k in passed), default=10)
-    for k, ok in passed.items():
-        why = failures.get(k)
-        print(f"  {k:<{width}}  {'proven' if ok else 'OFF'}  served {served.get(k, 0)} in the self-test"
-              + (f"  ({why})" if why else ""))
+    passed, served = rep.get("passed", {}), rep.get("served", {})
+    from fastfake.core import accelerations as _accelerations
+    from fastfake.core import install as _install
+
+    state = _install.explain()
+    width = max(len(a.name) for a in _accelerations.ACCELERATIONS)
+    for acc in _accelerations.ACCELERATIONS:
+        proof = (f"self-test served {served.get(acc.name, 0)}" if acc.name in passed
+                 else "no self-test feature" if not acc.selftest else "not in the self-test here")
+        print(f"  {acc.name:<{width}}  {state[acc.name]:<4}  {proof}")
     switches = sorted(k for k in os.environ if k.startswith("FASTFAKE"))
     print("switches set: " + (", ".join(f"{k}={os.environ[k]}" for k in switches) if switches else "none"))
     return 0 if supported or any(passed.values()) else 1
@@ -186,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         print(format_report(data, a.top))
         return 0
     if a.cmd == "accelerations":
-        from . import _accelerations
+        from fastfake.core import accelerations as _accelerations
 
         print(_accelerations.markdown())
         return 0

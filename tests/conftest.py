@@ -12,7 +12,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))  # `import parity` from the test modules
 
-# The self-test result install() keeps on disk (fastfake/_selftest_store.py) goes
+# The self-test result install() keeps on disk (fastfake/core/selftest_store.py) goes
 # to a directory of this test run, never the user's cache; subprocesses inherit it.
 _STORE = tempfile.mkdtemp(prefix="fastfake-test-store-")
 os.environ["FASTFAKE_CACHE_DIR"] = _STORE
@@ -26,7 +26,7 @@ import fastfake  # noqa: E402
 def _no_faults() -> None:
     for kind in ("dtype", "device", "convert", "portable", "rerun", "symnode", "symnode_expr", "symnode_int", "item_memo"):
         fastfake._C._inject_fault(0, kind)
-    fastfake._fake_prop._fault = None
+    fastfake.tracing.fake_prop._fault = None
 
 
 @pytest.fixture(autouse=True)

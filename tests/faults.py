@@ -49,14 +49,14 @@ def fault_turns_off_only(inject: str, feature: str, *, keep: str, still_on: str)
 
 
 def unknown_source_stays_stock(table: str, feature: str, *, still_on: str) -> None:
-    """Install in a fresh process after emptying ``fastfake._compat.<table>`` (the
+    """Install in a fresh process after emptying ``fastfake.common.compat.<table>`` (the
     stock-source digests a feature was proven on: as on a release or a patched torch
     fastfake does not know): the self-test must not run ``feature`` and
     ``still_on`` (whether the feature is in place) must be False."""
     r = in_subprocess(
         f"""
         import fastfake
-        from fastfake import _compat
+        from fastfake.common import compat as _compat
         _compat.{table}.clear()
         fastfake.install()
         print("feature:", "{feature}" in fastfake.selftest_report()["passed"])

@@ -1,7 +1,7 @@
 """Differential parity helpers: stock FakeTensorMode vs FakeTensorMode with fastfake.
 
 This module is deliberately independent of fastfake's own comparison code
-(``fastfake._crosscheck.compare`` / ``fastfake._C.compare``): everything is read
+(``fastfake.parity.crosscheck.compare`` / ``fastfake._C.compare``): everything is read
 back through public / semi-public torch APIs, so a bug in fastfake's comparator
 cannot hide a bug in its fast path.
 
@@ -32,7 +32,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
 import fastfake
-from fastfake import _compat
+from fastfake.common import compat as _compat
 
 #: The release the expectations of these tests were written on (cases that depend on
 #: what stock itself raises or accepts are checked strictly there).
@@ -521,7 +521,7 @@ def forget_signatures() -> None:
     """Make fastfake forget every learned (admitted / rejected) signature, so the
     next call of each case is an admission again. Uses fastfake's public testing
     hooks (clear + re-register the same pointwise registry)."""
-    from fastfake import _registry
+    from fastfake.elementwise import registry as _registry
 
     fastfake._C.clear_elementwise()
     _registry.register_all(fastfake._C)

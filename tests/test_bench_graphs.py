@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import fastfake  # noqa: E402
-from fastfake import _compat  # noqa: E402
+from fastfake.common import compat as _compat  # noqa: E402
 from bench import harness  # noqa: E402
 from zoo import small_model  # noqa: E402
 

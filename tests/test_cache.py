@@ -1,4 +1,4 @@
-"""Targeted tests of the C++ per-op result cache (csrc/cache.cpp, fastfake/_cache.py).
+"""Targeted tests of the C++ per-op result cache (csrc/cache/cache.cpp, fastfake/cache/learn.py).
 
 Every program runs once under stock FakeTensorMode and twice under fastfake
 (tests/parity.py: fresh mode and inputs per run; fastfake's cache is cleared
@@ -21,7 +21,7 @@ from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, Stateles
 from torch.utils._python_dispatch import _disable_current_modes
 
 import fastfake
-from fastfake import _compat
+from fastfake.common import compat as _compat
 import parity
 
 aten = torch.ops.aten
@@ -498,7 +498,7 @@ def test_bypass_non_fake_tensor():
         return out
 
     _check(fn, _empty((4, 3)), mode_factory=lambda: FakeTensorMode(allow_non_fake_inputs=True))
-    # The real argument is converted by the mode's converter (csrc/real_inputs.cpp),
+    # The real argument is converted by the mode's converter (csrc/convert/real_inputs.cpp),
     # then the converted call is served: learned on the first call, a hit on the rest.
     assert trace.of(1)["mm"] == {"cache.miss": 1, "cache.hit": 1}, trace.of(1)["mm"]
     assert trace.of(2)["mm"] == {"cache.hit": 2}, trace.of(2)["mm"]

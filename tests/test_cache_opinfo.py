@@ -1,4 +1,4 @@
-"""OpInfo-driven differential test of the C++ per-op result cache (csrc/cache.cpp).
+"""OpInfo-driven differential test of the C++ per-op result cache (csrc/cache/cache.cpp).
 
 For every OpInfo in torch's ``op_db`` (the non-pointwise ones are what the cache is
 for; pointwise ones are included too, so that ops the elementwise path hands over

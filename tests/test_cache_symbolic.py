@@ -1,4 +1,4 @@
-"""The result cache with symbolic shapes (csrc/cache.cpp, fastfake/_cache.py).
+"""The result cache with symbolic shapes (csrc/cache/cache.cpp, fastfake/cache/learn.py).
 
 Every case runs its op three times in one FakeTensorMode with a ShapeEnv (miss,
 then hits), under stock and under fastfake, with inputs made symbolic by the
@@ -253,7 +253,7 @@ def test_make_fx_symbolic_identical_graph_and_guards(crosscheck):
 
 
 def test_erroring_symbolic_call_leaves_no_capture_frame():
-    from fastfake import _cache
+    from fastfake.cache import learn as _cache
 
     def f(x, y):
         return torch.mm(x, y)  # [s0, s1] @ [s2, s3] with hints 4 vs 5: stock raises

@@ -31,8 +31,8 @@ PROGRAM = textwrap.dedent(
 )
 
 
-def _py(*args: str, cwd: str | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", "")}
+def _py(*args: str, cwd: str | None = None, env: dict | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), **(env or {})}
     return subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=600)
 
 
@@ -99,6 +99,13 @@ def test_doctor():
     assert "self-test:" in r.stdout and "install()" in r.stdout
     for feature in ("elementwise", "cache", "cache_portable", "device"):
         assert f"  {feature} " in r.stdout
+    if torch.__version__.startswith("2.13"):
+        line = next(x for x in r.stdout.splitlines() if x.strip().startswith("cache_portable "))
+        assert line.split()[1] == "on", line
+    r = _py("-m", "fastfake", "doctor", env={"FASTFAKE_DISABLE": "portable"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    line = next(x for x in r.stdout.splitlines() if x.strip().startswith("cache_portable "))
+    assert "switched off (FASTFAKE_DISABLE=cache_portable)" in line
 
 
 def test_format_report_counts():
@@ -114,7 +121,7 @@ def test_format_report_counts():
 
 
 def test_readme_table_is_the_registry_s():
-    from fastfake import _accelerations
+    from fastfake.core import accelerations as _accelerations
 
     readme = open(os.path.join(ROOT, "README.md")).read()
     assert _accelerations.markdown() in readme
@@ -124,14 +131,15 @@ def test_readme_table_is_the_registry_s():
 
 def test_the_registry_drives_the_self_test_and_the_switches():
     import fastfake
-    from fastfake import _accelerations, _install, _selftest
+    from fastfake.core import accelerations as _accelerations
+    from fastfake.core import install as _install
+    from fastfake.core import selftest as _selftest
 
     assert _selftest.FEATURES == _accelerations.selftest_features()
-    assert _install.SWITCHES == _accelerations.env_switches()
     names = set(_accelerations.BY_NAME)
     known = set(fastfake.stats())
     for a in _accelerations.ACCELERATIONS:
         assert set(a.needs) <= names, a.name
         for c in a.served:
             assert c.startswith(a.counters) and c in known, (a.name, c)
-        assert a.env_switch or a.switch.startswith("install("), a.name
+        assert a.switch == f"FASTFAKE_DISABLE={a.name}" and a.rides in _accelerations.RIDES, a.name

@@ -1,4 +1,4 @@
-"""The proven-source digests (fastfake/_compat.py): read from each function's code
+"""The proven-source digests (fastfake/common/compat.py): read from each function's code
 span first (no tokenizer), from inspect's block when that is not a proven text."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch.fx.experimental.sym_node import SymNode
 
-from fastfake import _compat
-from fastfake import _stock_sources as stock_lists
+from fastfake.common import compat as _compat
+from fastfake.common import stock_sources as stock_lists
 
 SOURCE = '''
 import functools

@@ -1,4 +1,4 @@
-"""Real tensors converted in C++ (csrc/convert.cpp, fastfake/_convert.py):
+"""Real tensors converted in C++ (csrc/convert/convert.cpp, fastfake/convert/converter.py):
 ``FakeTensorConverter.from_real_tensor`` gives stock's FakeTensor in every field
 and ``__dict__``, leaves the converter in stock's state (describer ids, tensor and
 storage memos, hit / miss / arg_cnt), answers from the memo exactly when stock's
@@ -17,7 +17,8 @@ from torch._subclasses.fake_tensor import FakeTensorConverter, FakeTensorMode, u
 from torch.utils._mode_utils import no_dispatch
 
 import fastfake
-from fastfake import _C, _convert
+from fastfake import _C
+from fastfake.convert import converter as _convert
 from parity import error_outcome, tensor_meta
 
 STOCK = _convert.stock_from_real_tensor()

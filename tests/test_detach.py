@@ -1,4 +1,4 @@
-"""fast_detach in C++ (csrc/detach.cpp, fastfake/_detach.py): the snapshot of
+"""fast_detach in C++ (csrc/convert/detach.cpp, fastfake/convert/detach.py): the snapshot of
 every value make_fx traces and FakeTensorProp propagates equals stock's in every
 field -- storage (the same), sizes / strides / offset (the same SymNodes), version
 counter (shared with the input), key set, ``__dict__``, leaf / view / inference
@@ -16,8 +16,9 @@ from torch.fx.experimental import proxy_tensor
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 import fastfake
-from fastfake import _C, _detach
-from fastfake._selftest import _dispatch_tls
+from fastfake import _C
+from fastfake.convert import detach as _detach
+from fastfake.core.selftest import _dispatch_tls
 
 STOCK = _detach.stock_fast_detach()
 

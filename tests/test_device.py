@@ -7,7 +7,7 @@ import torch._functorch.config as functorch_config
 from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode, in_kernel_invocation_manager
 
 import fastfake
-from fastfake import _compat
+from fastfake.common import compat as _compat
 
 DEVICE_DESCR_TYPE = "fastfake._C.DeviceDescriptor"
 

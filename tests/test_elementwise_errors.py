@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import parity
-from fastfake import _compat
+from fastfake.common import compat as _compat
 
 
 def E(*shape, dtype=torch.float32, device="cpu"):

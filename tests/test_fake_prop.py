@@ -1,5 +1,5 @@
 """FakeTensorProp's nodes run without the interpreter's wrappers
-(fastfake/_fake_prop.py): node metadata, ShapeEnv state, errors and the
+(fastfake/tracing/fake_prop.py): node metadata, ShapeEnv state, errors and the
 interpreter's own state identical to stock's; every case it does not cover goes to
 stock's ``run_node`` with its reason counted; the self-test catches a wrong
 ``run_node``; uninstall and the environment switch restore stock's."""
@@ -16,7 +16,7 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
 import fastfake
-from fastfake import _fake_prop
+from fastfake.tracing import fake_prop as _fake_prop
 from faults import fault_turns_off_only, unknown_source_stays_stock
 from parity import describe_value, error_outcome, shape_env_fields
 
@@ -28,7 +28,7 @@ STOCK_RUN_NODE = vars(FakeTensorProp)["run_node"]
 #: (in a fresh process) whether FakeTensorProp.run_node is fastfake's
 _RUN_NODE_PATCHED = (
     'vars(__import__("torch").fx.passes.fake_tensor_prop.FakeTensorProp)["run_node"] '
-    "is fastfake._fake_prop.run_node"
+    "is fastfake.tracing.fake_prop.run_node"
 )
 
 
@@ -333,7 +333,7 @@ def test_selftest_catches_a_wrong_run_node(fault):
     found by the install-time self-test: fake_prop stays off (warned, counted),
     stock's run_node stays in place, and the other features stay on."""
     out = fault_turns_off_only(
-        f'fastfake._fake_prop._fault = "{fault}"', "fake_prop", keep="cache",
+        f'fastfake.tracing.fake_prop._fault = "{fault}"', "fake_prop", keep="cache",
         still_on=_RUN_NODE_PATCHED,
     )
     assert "'detach': True" in out, out

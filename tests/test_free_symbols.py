@@ -1,4 +1,4 @@
-"""The memoised free symbols (fastfake/_free_symbols.py) the symbolic hooks use for
+"""The memoised free symbols (fastfake/cache/free_symbols.py) the symbolic hooks use for
 their signatures: equal to sympy's over long random guard sequences in one
 process, keyed by identity, ordered as ``str`` orders them, bounded, cleared."""
 from __future__ import annotations
@@ -12,7 +12,9 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 import fastfake
-from fastfake import _compat, _free_symbols, _portable
+from fastfake.common import compat as _compat
+from fastfake.cache import free_symbols as _free_symbols
+from fastfake.cache import portable as _portable
 from test_cache_symbolic import _sym
 
 
@@ -82,7 +84,7 @@ def test_signature_equals_sympy_over_random_guards(seed):
                 _random_guard(rng, a, b)
                 found: set = set()
                 items = [a, b, a.reshape(-1), b.t()]
-                from fastfake import _cache
+                from fastfake.cache import learn as _cache
 
                 _cache._collect_symbols(items, found)
                 reference: set = set()

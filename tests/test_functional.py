@@ -1,4 +1,4 @@
-"""The FunctionalTensor storage-size memo (fastfake/_functional.py): wrappers built
+"""The FunctionalTensor storage-size memo (fastfake/tracing/functional.py): wrappers built
 with it equal stock's in every field, over long random sequences in one ShapeEnv
 (the memo is learned state), never under proxy tracing, within its bound, without
 keeping a ShapeEnv alive, and gone after uninstall()."""
@@ -16,8 +16,9 @@ from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTens
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
 import fastfake
-from fastfake import _compat, _functional
-from fastfake._selftest import functional_wrapper
+from fastfake.common import compat as _compat
+from fastfake.tracing import functional as _functional
+from fastfake.core.selftest import functional_wrapper
 from parity import clear_shape_env_lru_caches, error_outcome, shape_env_fields
 
 pytestmark = pytest.mark.skipif(

@@ -21,7 +21,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import fastfake
 import parity
-from fastfake._registry import pointwise_registry
+from fastfake.elementwise.registry import pointwise_registry
 
 aten = torch.ops.aten
 

@@ -1,5 +1,5 @@
-"""`.item()` repeats answered from the tensor's item memo (csrc/item_memo.cpp,
-fastfake/_item_memo.py): the same values, the same SymNode objects, the same
+"""`.item()` repeats answered from the tensor's item memo (csrc/cache/item_memo.cpp,
+fastfake/cache/item_memo.py): the same values, the same SymNode objects, the same
 unbacked symbols and stock's cache counters as stock, over long random sequences
 in one process (memos made stale by in-place updates and new epochs, views,
 constants, modes without a ShapeEnv, cache clears), and the comparisons shown able
@@ -17,7 +17,8 @@ from torch.fx.experimental.symbolic_shapes import ShapeEnv
 import fastfake
 import parity
 from faults import fault_turns_off_only
-from fastfake import _C, _item_memo
+from fastfake import _C
+from fastfake.cache import item_memo as _item_memo
 
 pytestmark = pytest.mark.skipif(not _item_memo.available(), reason="stock's item memo differs here")
 

@@ -1,5 +1,5 @@
-"""Symbolic entries reused in another ShapeEnv (csrc/cache_portable.cpp,
-fastfake/_portable.py).
+"""Symbolic entries reused in another ShapeEnv (csrc/cache/portable.cpp,
+fastfake/cache/portable.py).
 
 A first call in a new ShapeEnv may be served from an entry learned in another
 one, as the output stock's *miss* returns. Compared with stock, run by run
@@ -21,7 +21,9 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import fastfake
 import parity
-from fastfake import _C, _compat, _portable
+from fastfake import _C
+from fastfake.common import compat as _compat
+from fastfake.cache import portable as _portable
 from test_cache_symbolic import CASES, _inputs, _mode, _sym, _trace_symbolic, _mlp
 from test_stateful import Twin, random_steps
 from test_symbolic_views_random import view_steps
@@ -296,7 +298,7 @@ def test_records_with_replaced_symbols_across_shape_envs(seed):
     fastfake.install()  # (the hooks are set up once per process, at the first install)
     fastfake.uninstall()
     _C.setup_portable(_portable.before, _portable.learn, admit, _portable.commit, _portable.log_hit, _portable.replay)
-    # (the admission in fastfake._portable: the C++ one is compared with it over
+    # (the admission in fastfake.cache.portable: the C++ one is compared with it over
     # these programs in tests/test_portable_fast.py)
     fast = _C.set_portable_fast(False)
     try:

@@ -1,11 +1,11 @@
-"""Portable records admitted and committed in C++ (csrc/cache_portable_fast.cpp).
+"""Portable records admitted and committed in C++ (csrc/cache/portable_fast.cpp).
 
 Every decision the extension makes is checked, as it is made, against
-fastfake._portable.admit on the same call in the same state (the reference the
+fastfake.cache.portable.admit on the same call in the same state (the reference the
 C++ admission must equal) and against stock's own key builder: an admitted
 call's key must equal and hash as the key stock builds for it, its SymInt stubs
 holding the very argument SymNodes stock's do, and its nested calls' keys must
-equal the ones fastfake._portable binds. The programs are the long random
+equal the ones fastfake.cache.portable binds. The programs are the long random
 sequences of tests/test_portable.py (stock and fastfake side by side, every
 step compared), so the records' learned state is exercised over many
 ShapeEnvs; a fault that skips the signature comparison must be caught.
@@ -21,7 +21,10 @@ from torch.fx.experimental.sym_node import SymNode
 
 import fastfake
 import parity
-from fastfake import _C, _compat, _portable, _stock_key
+from fastfake import _C
+from fastfake.common import compat as _compat
+from fastfake.cache import portable as _portable
+from fastfake.stock import key as _stock_key
 from test_cache_symbolic import _inputs, _mode
 from test_portable import _EpochTwin, _guarded_program, _program, random_epochs
 from test_symbolic_views_random import view_steps
@@ -33,7 +36,7 @@ pytestmark = [
 
 
 class Verifier:
-    """The C++ admission's decisions compared with fastfake._portable's."""
+    """The C++ admission's decisions compared with fastfake.cache.portable's."""
 
     def __init__(self) -> None:
         self.admitted = 0
@@ -58,7 +61,7 @@ class Verifier:
             self.failures.append(f"{func}: {e}")
 
     def _check(self, func, ref, admitted, keys, stock_key, record, env) -> None:
-        assert (ref is not None) == admitted, f"C++ admitted={admitted}, fastfake._portable {ref is not None}"
+        assert (ref is not None) == admitted, f"C++ admitted={admitted}, fastfake.cache.portable {ref is not None}"
         if not admitted:
             self.declined += 1
             return
@@ -144,7 +147,7 @@ def verifier():
 @pytest.mark.parametrize("seed", range(3))
 def test_admission_equals_python_over_random_sequences(verifier, seed):
     """Epochs of seeded random programs in new ShapeEnvs (tests/test_portable.py's
-    long random sequences): every decision equals fastfake._portable.admit's and
+    long random sequences): every decision equals fastfake.cache.portable.admit's and
     every admitted key equals stock's."""
     random_epochs(seed)
     assert not verifier.failures, verifier.failures[:5]
@@ -157,7 +160,7 @@ def test_admission_equals_python_over_random_sequences(verifier, seed):
 def test_admission_equals_python_with_replaced_symbols(verifier, seed):
     """The symbolic-views programs that check two sizes equal in between (the
     ShapeEnv replaces one symbol by the other): the closure signature decided in
-    C++ equals fastfake._portable's, records over replaced symbols included."""
+    C++ equals fastfake.cache.portable's, records over replaced symbols included."""
     fastfake.cache_clear()
     master = random.Random(seed)
     for _ in range(6):
@@ -170,7 +173,7 @@ def test_admission_equals_python_with_replaced_symbols(verifier, seed):
 
 def test_a_skipped_signature_is_caught(verifier):
     """The check can fail: admissions that skip the signature comparison admit
-    where fastfake._portable declines (a ShapeEnv that guarded a size first)."""
+    where fastfake.cache.portable declines (a ShapeEnv that guarded a size first)."""
     fastfake.cache_clear()
     make = _inputs([torch.randn(6, 8), torch.randn(8, 10), torch.randn(10)])
     parity.run_both(_program, make, mode_factory=_mode, stock_runs=0, fast_runs=1)  # learns
@@ -247,7 +250,7 @@ def test_stub_extract_proof_refuses_other_code():
 
 def test_counted_as_the_python_admission_counts():
     """Served first calls count under the same names whichever side admitted
-    them, and as many as fastfake._portable serves (the C++ side switched off)."""
+    them, and as many as fastfake.cache.portable serves (the C++ side switched off)."""
     make = _inputs([torch.randn(6, 8), torch.randn(8, 10), torch.randn(10)])
     counts = {}
     for fast in (True, False):

@@ -1,5 +1,5 @@
 """Portable entries of calls whose kernel dispatches other calls ("nested" records,
-fastfake/_portable.py): ``view`` -> ``prims.collapse_view``, ``native_layer_norm``
+fastfake/cache/portable.py): ``view`` -> ``prims.collapse_view``, ``native_layer_norm``
 -> ``var_mean`` -> ``prims.var`` ..., ``gelu`` -> ``erf``, ``embedding`` ->
 ``new_empty``.
 
@@ -24,7 +24,8 @@ from torch.utils import _stats as torch_stats
 
 import fastfake
 import parity
-from fastfake import _compat, _portable
+from fastfake.common import compat as _compat
+from fastfake.cache import portable as _portable
 from test_cache_symbolic import _mode, _sym
 
 pytestmark = [
@@ -197,7 +198,7 @@ def test_random_programs_across_shape_envs(seed):
 def test_a_replay_that_skips_the_nested_calls_is_caught(side):
     """The comparison can fail: served without storing the nested calls' entries
     (and without their counts), stock's cache and counters differ -- whether
-    fastfake._portable.commit or the extension's commit (csrc/cache_portable_fast.cpp)
+    fastfake.cache.portable.commit or the extension's commit (csrc/cache/portable_fast.cpp)
     skips them."""
     real_commit = _portable.commit
 

@@ -1,7 +1,7 @@
 """Symbolic values of rebuilt outputs made without per-value Python calls
-(csrc/cache_rebuild.cpp).
+(csrc/cache/rebuild.cpp).
 
-Sizes laid out directly (set_symbolic_sizes; proven by fastfake/_symnode_int.py):
+Sizes laid out directly (set_symbolic_sizes; proven by fastfake/symbolic/symnode_int.py):
 c10's ``set_sizes_and_strides`` stores ``SymInt::clone()`` of every value: the
 int where the node's ``maybe_as_int()`` gives one, else the same Python node. The
 direct layout must give exactly that -- which values are ints, which SymNodes,
@@ -9,14 +9,14 @@ the ShapeEnv after the ``expr`` reads -- over random values (symbols, derived
 expressions, constants, symbols specialised or replaced after the nodes were
 made), and it is offered only where ``SymNode.clone`` returns its node.
 
-New SymNodes from a template (new_node; fastfake._compat.SYMNODE_INIT_SOURCES):
+New SymNodes from a template (new_node; fastfake.common.compat.SYMNODE_INIT_SOURCES):
 a recipe value's later SymNodes are copies of the instance dict the constructor
 built for its first one, with their own ShapeEnv. Each must equal what
 ``SymNode(...)`` builds in that ShapeEnv (the same attributes in the same order,
 the same values), for random fields, and the constructor must be used where the
 template does not hold (a missing hint, translation validation, another
 ``__init__``). Where the value is interned for the result cache's keys, a
-template node also carries the id ``fastfake._cache.sym_vid`` gives it then, also
+template node also carries the id ``fastfake.cache.learn.sym_vid`` gives it then, also
 across the interning dict being emptied between two nodes of the same value."""
 from __future__ import annotations
 
@@ -30,7 +30,10 @@ from torch.fx.experimental.sym_node import SymNode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 import fastfake
-from fastfake import _C, _cache, _compat, _symnode_int
+from fastfake import _C
+from fastfake.cache import learn as _cache
+from fastfake.common import compat as _compat
+from fastfake.symbolic import symnode_int as _symnode_int
 from parity import shape_env_fields, symbolic_fake
 
 pytestmark = pytest.mark.skipif(

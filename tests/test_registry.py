@@ -1,4 +1,4 @@
-"""The pointwise registry (fastfake/_registry.py) handed to the extension by name:
+"""The pointwise registry (fastfake/elementwise/registry.py) handed to the extension by name:
 each registration is bound to its overload object the first time one with that
 name is dispatched, overload objects of other names are remembered (bounded), and
 the table kept on disk with the self-test result (tests/test_selftest_store.py)
@@ -13,7 +13,8 @@ import torch
 
 import fastfake
 import parity
-from fastfake import _C, _registry
+from fastfake import _C
+from fastfake.elementwise import registry as _registry
 
 aten = torch.ops.aten
 

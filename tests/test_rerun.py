@@ -1,5 +1,5 @@
 """Symbolic calls stock never caches, served from an earlier call's output
-(csrc/cache_rerun.cpp, fastfake/_rerun.py): ``aten._unsafe_view`` on releases
+(csrc/cache/rerun.cpp, fastfake/cache/rerun.py): ``aten._unsafe_view`` on releases
 whose stock refuses to cache it ("unsafe view").
 
 Learned state is the risk here: an entry is learned from one call and serves
@@ -23,7 +23,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import fastfake
 import parity
-from fastfake import _C, _compat
+from fastfake import _C
+from fastfake.common import compat as _compat
 from test_cache_symbolic import _mode, _sym
 from test_stateful import Twin
 from test_symbolic_views_random import _mm_then_view, view_steps
@@ -65,7 +66,7 @@ def test_long_random_rerun_sequences_with_replacements(seed):
     """The same driver with checks that two sizes are equal in between: the
     ShapeEnv replaces symbols, and records involving a replaced symbol (learned
     before or after the replacement) must still give stock's answer."""
-    from fastfake import _rerun
+    from fastfake.cache import rerun as _rerun
 
     served_replaced = []
 

@@ -1,6 +1,6 @@
 """Pointwise calls with a SymFloat argument, which stock never caches ("symbolic
-shape"), served from an earlier call's output (csrc/cache_rerun.cpp,
-fastfake/_rerun.py's ``SCALAR_OPS``).
+shape"), served from an earlier call's output (csrc/cache/rerun.cpp,
+fastfake/cache/rerun.py's ``SCALAR_OPS``).
 
 Under ``dynamic=True`` Dynamo makes float module attributes SymFloats, so the
 ``x + eps`` of every RMSNorm layer is such a call, and each pass over the graph
@@ -25,7 +25,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 
 import fastfake
 import parity
-from fastfake import _C, _rerun
+from fastfake import _C
+from fastfake.cache import rerun as _rerun
 from test_cache_symbolic import _mode, _sym
 from test_stateful import Twin
 from test_symbolic_views_random import equate_step

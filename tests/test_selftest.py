@@ -1,4 +1,4 @@
-"""The install-time self-test (fastfake/_selftest.py): it passes and proves each
+"""The install-time self-test (fastfake/core/selftest.py): it passes and proves each
 feature ran on this release, leaves no state behind, and catches the faults a
 wrong internal on another release causes -- a wrong device attribute (what a hand
 port to torch 2.9 gave: silently wrong devices), a corrupted result, a fast path
@@ -12,7 +12,13 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import fastfake
-from fastfake import _compat, _fake_prop, _item_memo, _rerun, _symnode, _symnode_expr, _symnode_int
+from fastfake.common import compat as _compat
+from fastfake.tracing import fake_prop as _fake_prop
+from fastfake.cache import item_memo as _item_memo
+from fastfake.cache import rerun as _rerun
+from fastfake.symbolic import symnode_memo as _symnode
+from fastfake.symbolic import symnode_expr as _symnode_expr
+from fastfake.symbolic import symnode_int as _symnode_int
 from faults import fault_turns_off_only, in_subprocess
 
 
@@ -117,7 +123,7 @@ def test_unreadable_device_attribute_serves_nothing():
     r = _in_subprocess(
         """
         import fastfake
-        from fastfake import _compat
+        from fastfake.common import compat as _compat
         _compat.fake_device_attr = lambda: "_fake_device_of_another_release"
         fastfake.install()
         r = fastfake.selftest_report()
@@ -148,7 +154,7 @@ def test_corrupted_result_turns_the_feature_off():
         print("warned:", [str(x.message) for x in w])
         s = fastfake.stats()
         print("counted:", s["selftest.failed.elementwise"], s["selftest.failed.cache"])
-        from fastfake._install import current_options
+        from fastfake.core.install import current_options
         print("options:", current_options())
         """
     )
@@ -166,7 +172,7 @@ def test_raising_fast_path_refuses_install():
     r = _in_subprocess(
         """
         import fastfake
-        from fastfake import _selftest
+        from fastfake.core import selftest as _selftest
         real = _selftest._first_difference
         _selftest._first_difference = lambda s, f: ("dtype", "forced difference")
         try:
@@ -189,7 +195,8 @@ def test_unknown_release_is_self_tested_not_trusted():
         """
         import logging
         import fastfake
-        from fastfake import _compat, _install
+        from fastfake.common import compat as _compat
+        from fastfake.core import install as _install
         logging.basicConfig(level=logging.WARNING)
         _install.SUPPORTED_TORCH_VERSIONS = ("0.0.0",)
         fastfake.install()
@@ -257,7 +264,7 @@ def test_wrong_functional_storage_size_is_caught():
         """
         import warnings
         import fastfake
-        from fastfake import _functional
+        from fastfake.tracing import functional as _functional
         _functional._setup()
         real = _functional._State.sym_node
         _functional._State.sym_node = lambda e, env, t, h, **kw: (
@@ -289,7 +296,7 @@ def test_broken_proxy_replay_is_caught():
         """
         import warnings
         import fastfake
-        from fastfake import _functional
+        from fastfake.tracing import functional as _functional
         _functional._setup()
         _functional._State.sym_register = lambda *a: None
         with warnings.catch_warnings(record=True) as w:
@@ -312,7 +319,8 @@ def test_wrong_snapshot_is_caught():
         """
         import warnings
         import fastfake
-        from fastfake import _C, _detach
+        from fastfake import _C
+        from fastfake.convert import detach as _detach
         from torch.fx.experimental import proxy_tensor
 
         def wrong(mode, x, include_real=False):
@@ -345,7 +353,8 @@ def test_leaked_dispatch_state_is_caught_and_undone():
         import warnings
         import torch
         import fastfake
-        from fastfake import _C, _detach
+        from fastfake import _C
+        from fastfake.convert import detach as _detach
 
         def leaky(mode, x, include_real=False):
             out = _C.fast_detach(mode, x, include_real)

@@ -1,4 +1,4 @@
-"""The self-test result kept on disk (fastfake/_selftest_store.py): reused only on an
+"""The self-test result kept on disk (fastfake/core/selftest_store.py): reused only on an
 unchanged installation in an unchanged process, never when a fault is injected,
 ignored when unreadable, bounded, and never an error."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import fastfake
-from fastfake import _selftest_store as store
+from fastfake.core import selftest_store as store
 from faults import in_subprocess
 
 # Prints, after install(): whether the self-test's programs ran in this process
@@ -22,11 +22,15 @@ from faults import in_subprocess
 _PROBE = """
 import json, sys
 import fastfake
-from fastfake import _selftest
+from fastfake.core import selftest as _selftest
+from fastfake.stock import key as _stock_key
 ran = []
+proved = []
 def hook(frame, event, arg):
     if event == "call" and frame.f_code is _selftest.run.__code__:
         ran.append(1)
+    if event == "call" and frame.f_code is _stock_key.prove.__code__:
+        proved.append(1)
 {before}
 sys.setprofile(hook)
 import warnings
@@ -34,7 +38,9 @@ with warnings.catch_warnings(record=True) as w:
     warnings.simplefilter("always")
     fastfake.install()
 sys.setprofile(None)
-from fastfake import _install, _functional, _registry
+from fastfake.core import install as _install
+from fastfake.tracing import functional as _functional
+from fastfake.elementwise import registry as _registry
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 walked = _registry.pointwise_registry.cache_info().currsize
@@ -49,6 +55,8 @@ from torch.fx.experimental.sym_node import SymNode
 r = fastfake.selftest_report()
 print(json.dumps({{
     "ran": bool(ran),
+    "proved": bool(proved),
+    "stock_key": [_stock_key._state["proved"], fastfake.stats()["stock_key.disabled"]],
     "report": r,
     "warned": [str(x.message) for x in w if "self-test" in str(x.message)],
     "walked": walked,
@@ -134,7 +142,7 @@ def test_a_stored_failure_is_honoured(tmp_path):
         "import torch._functorch.config as c\nc.fake_tensor_allow_unsafe_data_ptr_access = "
         "not c.fake_tensor_allow_unsafe_data_ptr_access",
         # A feature no longer offered (its proven-source table emptied).
-        "from fastfake import _compat\n_compat.FAKE_PROP_SOURCES.clear()",
+        "from fastfake.common import compat as _compat\n_compat.FAKE_PROP_SOURCES.clear()",
     ],
     ids=["torch-method", "fastfake-function", "torch-constant", "torch-config", "features"],
 )
@@ -147,7 +155,7 @@ def test_a_changed_process_runs_the_programs(tmp_path, before):
 
 @pytest.mark.parametrize(
     "inject",
-    ['fastfake._C._inject_fault(1, "device")', 'fastfake._fake_prop._fault = "rebind"'],
+    ['fastfake._C._inject_fault(1, "device")', 'fastfake.tracing.fake_prop._fault = "rebind"'],
     ids=["c-fault", "python-fault"],
 )
 def test_an_injected_fault_is_judged_not_read(tmp_path, inject):
@@ -175,6 +183,29 @@ def test_unwritable_directory_is_not_an_error(tmp_path):
     assert all(got["report"]["passed"].values())
 
 
+def test_the_stock_key_proof_is_kept_with_the_result(tmp_path):
+    """The proof of the C++ stock-key builder runs with the self-test and is kept
+    with its result: a second process takes it (a stored negative proof too) and
+    an ill-formed one makes the file unreadable."""
+    first = _install_in(tmp_path)
+    assert first["proved"] and first["report"]["proofs"] == {"stock_key": [True, ""]}
+    second = _install_in(tmp_path)
+    assert not second["ran"] and not second["proved"] and second["stock_key"] == [True, 0]
+    (name,) = _stored(tmp_path)
+    path = os.path.join(tmp_path, "selftest", name)
+    with open(path) as f:
+        data = json.load(f)
+    data["report"]["proofs"]["stock_key"] = [False, "a recorded difference"]
+    _write(path, data)
+    got = _install_in(tmp_path)
+    assert not got["ran"] and not got["proved"] and got["stock_key"] == [False, 1]
+    data["report"]["proofs"]["stock_key"] = ["yes", 1]
+    _write(path, data)
+    got = _install_in(tmp_path)
+    assert got["ran"] and got["proved"] and got["report"]["store"] == "unreadable"
+    assert got["stock_key"] == [True, 0]
+
+
 def test_an_unreadable_file_is_rewritten(tmp_path):
     _install_in(tmp_path)
     (name,) = _stored(tmp_path)
@@ -189,7 +220,7 @@ def test_an_unreadable_file_is_rewritten(tmp_path):
 
 
 def test_a_kept_pointwise_table_is_exactly_the_registry_and_an_ill_formed_one_is_rebuilt(tmp_path):
-    from fastfake import _registry
+    from fastfake.elementwise import registry as _registry
 
     first = _install_in(tmp_path)
     (name,) = _stored(tmp_path)
@@ -480,3 +511,16 @@ def test_directory_follows_the_environment(monkeypatch, tmp_path):
     assert store.directory() == str(tmp_path / "h" / ".cache" / "fastfake" / "selftest")
     monkeypatch.setenv("FASTFAKE_NO_SELFTEST_CACHE", "1")
     assert store.lookup(FEATURES).outcome == "off"
+
+
+def test_the_key_covers_every_folder_of_the_package(monkeypatch):
+    """The fastfake component digests the whole package tree, every subsystem folder
+    included (the store module lives in fastfake/core/: a digest of its own folder
+    would keep a result across a change elsewhere)."""
+    import fastfake
+
+    seen = []
+    real = store.tree_digest
+    monkeypatch.setattr(store, "tree_digest", lambda root: seen.append(root) or real(root))
+    store.components(FEATURES)
+    assert os.path.dirname(os.path.abspath(fastfake.__file__)) in seen

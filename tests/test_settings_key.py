@@ -1,8 +1,8 @@
-"""A ShapeEnv's settings in the result cache's key (csrc/cache_keys.cpp,
+"""A ShapeEnv's settings in the result cache's key (csrc/cache/keys.cpp,
 ``settings_bits``).
 
 Stock's cache key holds the ShapeEnv's ``ShapeEnvSettings`` object, compared by its
-dataclass ``__eq__``. Where ``fastfake._compat.settings_fields`` proves that
+dataclass ``__eq__``. Where ``fastfake.common.compat.settings_fields`` proves that
 ``__eq__`` and ``__hash__`` read nothing but the fields, the result cache's key
 holds the fields' bits (every field a bool) instead of the object's hash: equal
 bits must mean equal settings, different settings must never share an entry or a
@@ -20,7 +20,8 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv, ShapeEnvSettings
 
 import fastfake
-from fastfake import _C, _compat
+from fastfake import _C
+from fastfake.common import compat as _compat
 from parity import symbolic_fake, tensor_meta
 
 FIELDS = [f.name for f in dataclasses.fields(ShapeEnvSettings)]

@@ -2,7 +2,7 @@
 
 Learned state that serves other ShapeEnvs (portable records, rerun entries) must
 leave each ShapeEnv exactly as stock's own calls do, including the evaluation
-caches that decide which guards later evaluations add (fastfake._evals). The
+caches that decide which guards later evaluations add (fastfake.parity.evals). The
 per-call tests compare one call's effect; here many random programs are traced
 at many sizes with make_fx, aot_function (forward and backward) and
 torch.export in one process, and after every trace the graph code, the node
@@ -19,7 +19,8 @@ import torch
 
 import fastfake
 import wholetrace
-from fastfake import _crosscheck, _evals
+from fastfake.parity import crosscheck as _crosscheck
+from fastfake.parity import evals as _evals
 
 # The programs of the issue "a guard lost by a record learned in another
 # ShapeEnv": the last trace's ShapeEnv lacked `Ne(s, Max(1, (s//2)))`.

@@ -38,7 +38,8 @@ from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, Stateles
 
 import fastfake
 import parity
-from fastfake import _compat, _install
+from fastfake.common import compat as _compat
+from fastfake.core import install as _install
 
 DTYPES = [torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32,
           torch.bool, torch.complex64]

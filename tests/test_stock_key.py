@@ -1,4 +1,4 @@
-"""Stock's dispatch-cache key built in C++ (csrc/stock_key.cpp, fastfake/_stock_key.py).
+"""Stock's dispatch-cache key built in C++ (csrc/stock/key.cpp, fastfake/stock/key.py).
 
 Every key the builder makes must be stock's ``FakeTensorMode._cache_key`` for the
 same call: equal and equally hashed, item by item of the same type, with the
@@ -18,7 +18,8 @@ from torch._subclasses._fake_tensor_utils import _CacheKeyState
 from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, StatelessSymbolicContext
 
 import fastfake
-from fastfake import _C, _stock_key
+from fastfake import _C
+from fastfake.stock import key as _stock_key
 
 aten = torch.ops.aten
 
@@ -258,7 +259,7 @@ def test_prove_fails_on_a_wrong_layout(monkeypatch):
 def test_head_layout_of_this_release():
     """The key's head is read off stock's own key (6 items since the proxy-tracing
     flag came in, 5 on 2.9); a builder told the other layout is caught by prove()."""
-    from fastfake import _compat
+    from fastfake.common import compat as _compat
 
     head = _compat.stock_key_head()
     assert head in (5, 6)

@@ -1,5 +1,5 @@
 """fastfake.stock_report(): the calls handed to stock, per overload, outermost and
-nested (csrc/stock_calls.cpp)."""
+nested (csrc/stock/calls.cpp)."""
 from __future__ import annotations
 
 import json

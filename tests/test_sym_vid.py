@@ -1,6 +1,6 @@
-"""SymNode value ids read in C++ (csrc/cache_keys.cpp, ``interned_vid``).
+"""SymNode value ids read in C++ (csrc/cache/keys.cpp, ``interned_vid``).
 
-The result cache keys a SymNode by an interned value id: ``fastfake._cache.sym_vid``
+The result cache keys a SymNode by an interned value id: ``fastfake.cache.learn.sym_vid``
 interns ``(_expr, pytype, _hint, constant, fx_node)`` in ``_cache._VIDS`` (equal ids
 iff stock's ``_PySymInputStub``s compare equal) and memoises the id on the node. A
 new ShapeEnv's nodes have no memo yet; where their value is already interned, C++
@@ -20,7 +20,8 @@ from torch.fx.experimental.sym_node import SymNode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 import fastfake
-from fastfake import _C, _cache
+from fastfake import _C
+from fastfake.cache import learn as _cache
 from parity import symbolic_fake
 
 

@@ -8,7 +8,7 @@ state (guards, ranges, replacements, runtime asserts).
 Seed 0 found that a served call left replacement chains uncompressed: stock's
 cache key reads ``SymNode.expr`` of every argument SymNode, and ``ShapeEnv.replace``
 path-compresses chains on the way (``s98 -> s31 -> s16`` becomes ``s98 -> s16``);
-fastfake now does the same reads (``touch_exprs`` in csrc/cache_keys.cpp).
+fastfake now does the same reads (``touch_exprs`` in csrc/cache/keys.cpp).
 
 Seed 1 found a flaw of the comparison itself: two *stock* worlds fed this program
 disagreed on which known guards get added again, because stock's lru-cached

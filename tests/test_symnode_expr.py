@@ -1,4 +1,4 @@
-"""``SymNode.expr`` as a C-level descriptor (fastfake/_symnode_expr.py): the same
+"""``SymNode.expr`` as a C-level descriptor (fastfake/symbolic/symnode_expr.py): the same
 expression, the same replacement cache on the node and the same ShapeEnv as stock's
 property over long random sequences of SymInt arithmetic, replacements and
 specialisations in one process; stock's errors; subclasses, class access, setting
@@ -19,7 +19,8 @@ from torch.fx.experimental.sym_node import SymNode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 import fastfake
-from fastfake import _C, _symnode_expr
+from fastfake import _C
+from fastfake.symbolic import symnode_expr as _symnode_expr
 from faults import fault_turns_off_only, switches_restore_stock, unknown_source_stays_stock
 from parity import clear_shape_env_lru_caches, outcome, shape_env_fields, symbolic_fake
 

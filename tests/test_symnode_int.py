@@ -1,4 +1,4 @@
-"""``SymNode.maybe_as_int`` in C (fastfake/_symnode_int.py): the same answers, the
+"""``SymNode.maybe_as_int`` in C (fastfake/symbolic/symnode_int.py): the same answers, the
 same replacement cache on the nodes and the same ShapeEnv as stock's method over
 long random sequences of SymInt arithmetic, replacements and specialisations in
 one process (with ``SymNode.expr`` fastfake's or stock's), also where C++ asks
@@ -20,7 +20,8 @@ from torch.fx.experimental.sym_node import SymNode
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 import fastfake
-from fastfake import _C, _symnode_int
+from fastfake import _C
+from fastfake.symbolic import symnode_int as _symnode_int
 from faults import fault_turns_off_only, switches_restore_stock, unknown_source_stays_stock
 from parity import clear_shape_env_lru_caches, outcome, shape_env_fields, symbolic_fake
 

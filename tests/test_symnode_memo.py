@@ -1,4 +1,4 @@
-"""The SymNode memo (fastfake/_symnode.py, csrc/symnode_memo.cpp): SymInt / SymFloat /
+"""The SymNode memo (fastfake/symbolic/symnode_memo.py, csrc/symbolic/symnode_memo.cpp): SymInt / SymFloat /
 SymBool binary arithmetic served from a process-wide memo keyed on the operands'
 expression objects.
 
@@ -30,7 +30,11 @@ from torch.fx.experimental.symbolic_shapes import DimDynamic, ShapeEnv, Stateles
 
 import fastfake
 import parity
-from fastfake import _C, _stock_sources, _symnode, _symnode_expr, _symnode_int
+from fastfake import _C
+from fastfake.common import stock_sources as _stock_sources
+from fastfake.symbolic import symnode_memo as _symnode
+from fastfake.symbolic import symnode_expr as _symnode_expr
+from fastfake.symbolic import symnode_int as _symnode_int
 from test_stateful import _clear_shape_env_method_caches
 
 pytestmark = pytest.mark.skipif(
@@ -440,8 +444,8 @@ def test_uninstall_restores_symnode_methods():
     during = dict(vars(SymNode))
     hooked = set(_symnode.hooks())
     assert hooked and all(during[k] is not before[k] for k in hooked)
-    # (`expr` is the C-level descriptor of fastfake/_symnode_expr.py, `maybe_as_int`
-    # the C function of fastfake/_symnode_int.py)
+    # (`expr` is the C-level descriptor of fastfake/symbolic/symnode_expr.py, `maybe_as_int`
+    # the C function of fastfake/symbolic/symnode_int.py)
     patched = hooked | ({"expr"} if _symnode_expr.available() else set())
     patched |= {"maybe_as_int"} if _symnode_int.available() else set()
     assert all(during[k] is before[k] for k in before if k not in patched)
@@ -468,13 +472,13 @@ def test_unknown_source_is_not_offered():
     code = textwrap.dedent(
         """
         import fastfake
-        from fastfake import _compat
+        from fastfake.common import compat as _compat
         from torch.fx.experimental.sym_node import SymNode
         _compat.SYMNODE_BINARY_SOURCES.clear()
         before = dict(vars(SymNode))
         fastfake.install()
         assert "symnode_memo" not in fastfake.selftest_report()["passed"]
-        # (expr: fastfake/_symnode_expr.py; maybe_as_int: fastfake/_symnode_int.py)
+        # (expr: fastfake/symbolic/symnode_expr.py; maybe_as_int: fastfake/symbolic/symnode_int.py)
         assert all(vars(SymNode)[k] is v for k, v in before.items() if k not in ("expr", "maybe_as_int"))
         print("ok")
         """

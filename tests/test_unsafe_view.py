@@ -14,7 +14,7 @@ import torch
 from torch._subclasses.fake_tensor import FakeTensorMode, unset_fake_temporarily
 
 import fastfake
-from fastfake import _compat
+from fastfake.common import compat as _compat
 from parity import error_outcome, tensor_meta
 
 UNSAFE_VIEW = torch.ops.aten._unsafe_view.default

@@ -283,7 +283,7 @@ def run_world(plan: list[dict], world: str, out_path: str) -> None:
         fastfake.install()
         if os.environ.get("WHOLETRACE_EVAL_FAULT"):
             # testing the test: served calls skip the evaluations of stock's kernel
-            from fastfake import _evals
+            from fastfake.parity import evals as _evals
 
             _evals.inject_fault(10**9)
     elif world != "stock":

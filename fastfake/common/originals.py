@@ -1,0 +1,30 @@
+"""The original objects of the attributes fastfake patches.
+
+Each is recorded the first time it is patched (``uninstall()`` puts the identical
+object back); modules that need stock's own function while fastfake's is in place
+read it here. Imports nothing of fastfake.
+"""
+from __future__ import annotations
+
+#: (class, attribute name) -> the object that was there before fastfake patched it
+ORIGINALS: dict[tuple[type, str], object] = {}
+
+
+def original(cls: type, name: str) -> object:
+    """The attribute as stock defines it, recorded now if it was not yet."""
+    key = (cls, name)
+    if key not in ORIGINALS:
+        ORIGINALS[key] = cls.__dict__[name]
+    return ORIGINALS[key]
+
+
+def patch(owner: object, name: str, replacement: object | None) -> None:
+    """Put ``replacement`` at ``owner.<name>`` (a class or a module), or, with None,
+    the original back; the original is recorded first."""
+    first = original(owner, name)  # type: ignore[arg-type]
+    current = owner.__dict__.get(name)
+    if replacement is None:
+        if current is not first:
+            setattr(owner, name, first)
+    elif current is first or type(current) is not type(replacement):
+        setattr(owner, name, replacement)

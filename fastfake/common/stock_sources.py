@@ -1,0 +1,52 @@
+"""Which stock functions an acceleration stands in for: the lists whose sources
+``fastfake.common.compat`` digests (the proof that the running release is one the
+acceleration was proven on) and the accelerations themselves use. Imports nothing of
+fastfake but the record of originals.
+"""
+from __future__ import annotations
+
+from fastfake.common.originals import ORIGINALS
+
+
+def symnode_binary_methods() -> list[tuple[str, str, object]]:
+    """(attribute, method, stock function) of every SymNode method stock builds from
+    ``binary_magic_impl``, ``mod`` excepted."""
+    from torch.fx.experimental import sym_node as sn
+
+    out = []
+    trailing = getattr(sn, "magic_methods_on_operator_with_trailing_underscore", set())
+    for method in getattr(sn, "magic_methods", {}):
+        if method == "mod" or method not in getattr(sn, "METHOD_TO_OPERATOR", {}):
+            continue
+        attr = f"_{method}_" if method in trailing else f"_{method}"
+        fn = vars(sn.SymNode).get(attr)
+        inner = getattr(fn, "__wrapped__", None)
+        if getattr(inner, "__name__", None) != "binary_magic_impl":
+            continue
+        out.append((attr, method, fn))
+    return out
+
+
+def fake_prop_functions() -> list[object]:
+    """The stock functions ``fastfake.tracing.fake_prop.run_node`` stands for (their source
+    is what ``_compat.fake_prop_source_digest`` hashes): stock's
+    ``FakeTensorProp.run_node`` (the original while fastfake's is in place), the
+    ``Interpreter`` methods it reaches, the unbacked-binding helpers, ``snapshot_fake``."""
+    from torch.fx import interpreter, traceback
+    from torch.fx.experimental import proxy_tensor, symbolic_shapes
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    I = interpreter.Interpreter
+    return [
+        ORIGINALS.get((FakeTensorProp, "run_node")) or vars(FakeTensorProp)["run_node"],
+        I.run_node,
+        getattr(I._set_current_node, "__wrapped__", I._set_current_node),
+        getattr(traceback.set_current_meta, "__wrapped__", traceback.set_current_meta),
+        I.fetch_args_kwargs_from_env,
+        I.map_nodes_to_values,
+        I.call_function,
+        I.placeholder,
+        proxy_tensor.snapshot_fake,
+        symbolic_shapes.rebind_unbacked,
+        symbolic_shapes.resolve_unbacked_bindings,
+    ]

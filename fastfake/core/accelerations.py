@@ -1,0 +1,225 @@
+"""The one table of fastfake's accelerations.
+
+Every acceleration is one entry here, with the same fields: what in torch it
+replaces, how it is proven on a release, the self-test feature that proves it at
+``install()`` (and the counters that show it served), the prefix of its counters,
+which ``install()`` option it rides on, what it needs, whether this release has what
+it stands in for, the hook that turns it on and off, its names for
+``FASTFAKE_DISABLE``, and how ``crosscheck=True`` verifies it.
+
+``install()`` and ``uninstall()`` walk this table (fastfake/core/install.py), and so
+do the self-test's feature list, ``stats()``' sources, the command line's report and
+the README's table (``python -m fastfake accelerations``). PyTorch's
+``fake_impls.py``, rules registered into one table, is the model. To add an
+acceleration: write its module with ``available()`` and ``apply(on, crosscheck)``,
+add its entry here, its self-test feature in fastfake/core/selftest.py, and its
+tests (docs/design.md, "Adding an acceleration").
+
+Pure data: imports nothing of fastfake (hooks are named, resolved when used).
+"""
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+#: What an acceleration rides on: the ``install()`` option that must be on
+#: ("either": elementwise or cache; "plain": either, and not under
+#: ``TORCH_FAKE_TENSOR_DEBUG``).
+RIDES = ("elementwise", "cache", "device", "either", "plain")
+
+
+@dataclass(frozen=True)
+class Acceleration:
+    name: str  # its name: the self-test feature, and FASTFAKE_DISABLE=<name>
+    title: str  # the README's name for it
+    replaces: str  # what in torch it stands in for
+    proof: str  # why its result is stock's on a release
+    served: tuple[str, ...]  # the counters that show it served a call
+    counters: str  # prefix of its counters in fastfake.stats()
+    rides: str  # the install() option it needs on (RIDES); decided before it in the table
+    needs: tuple[str, ...] = ()  # accelerations that must be on too
+    available: str = ""  # "module:function" -> bool: this release has it ("" = every release)
+    apply: str = ""  # "module:function(on, crosscheck)"; "" = a field of the C++ configuration
+    aliases: tuple[str, ...] = ()  # other names FASTFAKE_DISABLE accepts
+    legacy: str = ""  # the FASTFAKE_NO_* variable, still honoured (deprecated)
+    crosscheck: str = "the served result against stock's, field by field"
+    selftest: bool = True  # proven by its own self-test feature at install()
+    module: str = ""  # where it lives
+
+    @property
+    def switch(self) -> str:
+        """Its off switch."""
+        return f"FASTFAKE_DISABLE={self.name}"
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return (self.name, *self.aliases)
+
+
+def resolve(ref: str) -> Callable:
+    """The function a ``"module:function"`` field names."""
+    module, _, attr = ref.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+ACCELERATIONS: tuple[Acceleration, ...] = (
+    Acceleration(
+        "elementwise", "elementwise path",
+        "`FakeTensorMode.__torch_dispatch__` for pointwise ATen overloads (static shapes)",
+        "dtype and errors from stock's first call per signature; the stride rule that reproduces stock's result, checked per signature",
+        ("elementwise.hit",), "elementwise.", "elementwise",
+        module="csrc/elementwise/, fastfake/elementwise/registry.py"),
+    Acceleration(
+        "cache", "result cache",
+        "stock's dispatch-cache hit (`_cached_dispatch_impl` → `_output_from_cache_entry`)",
+        "learned from stock's own cache entry; a hit builds what stock's hit builds",
+        ("cache.hit",), "cache.", "cache",
+        module="csrc/cache/, fastfake/cache/learn.py"),
+    Acceleration(
+        "cache_symbolic", "symbolic result cache",
+        "stock's dispatch-cache hit with symbolic shapes, per ShapeEnv",
+        "stock's entry, valid while the replacements it was read under hold",
+        ("cache.symbolic.hit",), "cache.symbolic.", "cache",
+        needs=("cache",), available="fastfake.common.compat:shape_env_counts_replacements",
+        aliases=("symbolic_cache",), legacy="FASTFAKE_NO_SYMBOLIC_CACHE", module="csrc/cache/"),
+    Acceleration(
+        "stock_key", "stock's cache key in C++",
+        "`FakeTensorMode._cache_key`",
+        "compared with stock's key at install on every release",
+        ("stock_key.built",), "stock_key.", "cache",
+        needs=("cache",), apply="fastfake.stock.key:apply", legacy="FASTFAKE_NO_STOCK_KEY",
+        selftest=False, crosscheck="proved at install()",
+        module="csrc/stock/key.cpp, fastfake/stock/key.py"),
+    Acceleration(
+        "cache_portable", "records served in other ShapeEnvs",
+        "a new ShapeEnv's first call (stock's miss) and its nested calls",
+        "the signature of what static evaluation reads; stock's cache effects repeated; the kernel's ShapeEnv evaluations replayed",
+        ("cache.symbolic.portable.served",), "cache.symbolic.portable.", "cache",
+        needs=("cache_symbolic",), available="fastfake.cache.portable:available",
+        apply="fastfake.cache.portable:apply", aliases=("portable",), legacy="FASTFAKE_NO_PORTABLE",
+        crosscheck="the result, the ShapeEnv delta, and no evaluation stock's kernel makes that was not replayed",
+        module="csrc/cache/portable*.cpp, fastfake/cache/portable.py, fastfake/parity/evals.py"),
+    Acceleration(
+        "cache_rerun", "repeats stock reruns",
+        "calls stock never caches (`_unsafe_view` on 2.13 / 2.14)",
+        "fingerprint and signature unchanged by the earlier call; its evaluations replayed",
+        ("cache.symbolic.rerun.served",), "cache.symbolic.rerun.", "cache",
+        needs=("cache_symbolic",), available="fastfake.common.compat:stock_reruns_unsafe_view",
+        apply="fastfake.cache.rerun:apply", aliases=("rerun",), legacy="FASTFAKE_NO_RERUN",
+        module="csrc/cache/rerun.cpp, fastfake/cache/rerun.py"),
+    Acceleration(
+        "cache_rerun_scalar", "pointwise repeats with a SymFloat",
+        "pointwise calls with a SymFloat argument (stock never caches them)",
+        "as the repeats above",
+        ("cache.symbolic.rerun.served_scalar",), "cache.symbolic.rerun.", "cache",
+        needs=("cache_symbolic",), available="fastfake.cache.rerun:scalar_available",
+        apply="fastfake.cache.rerun:apply_scalar", aliases=("rerun_scalar",), legacy="FASTFAKE_NO_RERUN_SCALAR",
+        module="csrc/cache/rerun.cpp, fastfake/cache/rerun.py"),
+    Acceleration(
+        "cache_item_memo", "`.item()` repeats",
+        "`.item()` answered from the tensor's item memo",
+        "where stock's dispatch would answer from the same memo",
+        ("cache.item_memo.served",), "cache.item_memo.", "cache",
+        needs=("cache",), available="fastfake.cache.item_memo:available", apply="fastfake.cache.item_memo:apply",
+        aliases=("item_memo",), legacy="FASTFAKE_NO_ITEM_MEMO",
+        module="csrc/cache/item_memo.cpp, fastfake/cache/item_memo.py"),
+    Acceleration(
+        "device", "`FakeTensor.device`",
+        "the Python property",
+        "self-test",
+        ("device.fast",), "device.", "device",
+        module="csrc/dispatch/dispatch.cpp"),
+    Acceleration(
+        "functional_storage", "FunctionalTensor storage size",
+        "the storage-size computation of AOTAutograd's `FunctionalTensor` wrappers",
+        "read off a wrapper stock builds; replayed into proxy tracing",
+        ("functional.storage.hit", "functional.storage.replayed"), "functional.storage.", "cache",
+        available="fastfake.common.compat:functional_tensor_recomputes_storage",
+        apply="fastfake.tracing.functional:apply", aliases=("functional",), legacy="FASTFAKE_NO_FUNCTIONAL_MEMO",
+        module="fastfake/tracing/functional.py"),
+    Acceleration(
+        "detach", "snapshots",
+        "`proxy_tensor.snapshot_fake` / `fast_detach`",
+        "self-test",
+        ("detach.fast",), "detach.", "plain",
+        apply="fastfake.convert.detach:apply", legacy="FASTFAKE_NO_FAST_DETACH",
+        module="csrc/convert/detach.cpp, fastfake/convert/detach.py"),
+    Acceleration(
+        "convert", "converter",
+        "`FakeTensorConverter.from_real_tensor` for plain CPU leaves",
+        "the converter's layout checked; self-test",
+        ("convert.fast",), "convert.", "plain",
+        available="fastfake.common.compat:converter_layout_known", apply="fastfake.convert.converter:apply",
+        legacy="FASTFAKE_NO_FAST_CONVERT", module="csrc/convert/convert.cpp, fastfake/convert/converter.py"),
+    Acceleration(
+        "symnode_memo", "SymInt arithmetic",
+        "`SymNode` binary ops (`binary_magic_impl`)",
+        "source-identical to a proven release; self-test",
+        ("symnode.memo.hit",), "symnode.memo.", "either",
+        available="fastfake.symbolic.symnode_memo:available", apply="fastfake.symbolic.symnode_memo:apply",
+        aliases=("symnode",), legacy="FASTFAKE_NO_SYMNODE_MEMO",
+        module="csrc/symbolic/symnode_memo.cpp, fastfake/symbolic/symnode_memo.py"),
+    Acceleration(
+        "fake_prop", "`FakeTensorProp` nodes",
+        "`FakeTensorProp.run_node`'s interpreter wrappers",
+        "the stock functions it stands for are source-identical to a proven release; self-test",
+        ("fake_prop.fast",), "fake_prop.", "either",
+        available="fastfake.tracing.fake_prop:available", apply="fastfake.tracing.fake_prop:apply",
+        legacy="FASTFAKE_NO_FAKE_PROP", module="fastfake/tracing/fake_prop.py"),
+    Acceleration(
+        "symnode_expr", "`SymNode.expr`",
+        "the Python property",
+        "source-identical to a proven release; self-test",
+        ("symnode.expr.served",), "symnode.expr.", "either",
+        available="fastfake.symbolic.symnode_expr:available", apply="fastfake.symbolic.symnode_expr:apply",
+        legacy="FASTFAKE_NO_SYMNODE_EXPR",
+        module="csrc/symbolic/symnode_expr.cpp, fastfake/symbolic/symnode_expr.py"),
+    Acceleration(
+        "symnode_int", "`SymNode.maybe_as_int`",
+        "the Python method",
+        "source-identical to a proven release; self-test",
+        ("symnode.int.served",), "symnode.int.", "either",
+        available="fastfake.symbolic.symnode_int:available", apply="fastfake.symbolic.symnode_int:apply",
+        legacy="FASTFAKE_NO_SYMNODE_INT",
+        module="csrc/symbolic/symnode_int.cpp, fastfake/symbolic/symnode_int.py"),
+    Acceleration(
+        "real_inputs", "real inputs",
+        "converting real tensor arguments under `allow_non_fake_inputs`",
+        "the mode's own converter, as stock converts them",
+        ("real_inputs.converted",), "real_inputs.", "either",
+        legacy="FASTFAKE_NO_REAL_INPUTS", selftest=False,
+        module="csrc/convert/real_inputs.cpp, fastfake/convert/real_inputs.py"),
+)
+
+BY_NAME: dict[str, Acceleration] = {a.name: a for a in ACCELERATIONS}
+#: every name FASTFAKE_DISABLE accepts -> the acceleration's name
+NAMES: dict[str, str] = {n: a.name for a in ACCELERATIONS for n in a.names}
+
+
+def selftest_features() -> dict[str, tuple[str, ...]]:
+    """Self-test feature -> the counters that show it served (fastfake.core.selftest)."""
+    return {a.name: a.served for a in ACCELERATIONS if a.selftest}
+
+
+def closure(name: str) -> tuple[str, ...]:
+    """``name`` and every acceleration it needs, transitively, in table order."""
+    found = set()
+    todo = [name]
+    while todo:
+        n = todo.pop()
+        if n not in found:
+            found.add(n)
+            todo.extend(BY_NAME[n].needs)
+    return tuple(a.name for a in ACCELERATIONS if a.name in found)
+
+
+def markdown() -> str:
+    """The README's table."""
+    rows = ["| acceleration | replaces in torch | off switch | counters |", "| --- | --- | --- | --- |"]
+    for a in ACCELERATIONS:
+        switch = f"`{a.switch}`"
+        if a.rides in ("elementwise", "cache", "device") and a.name == a.rides:
+            switch += f" or `install({a.name}=False)`"
+        rows.append(f"| {a.title} | {a.replaces} | {switch} | `{a.counters}*` |")
+    return "\n".join(rows)

@@ -1,0 +1,799 @@
+"""The install-time self-test: prove fastfake on the torch it was installed into.
+
+fastfake replaces private torch internals whose names and behaviour move between
+releases; a wrong guess there (say, the attribute a FakeTensor keeps its device
+in) gives silently wrong results rather than an error. So ``install()`` does not
+trust names: once per process it runs a handful of programs under stock
+``FakeTensorMode`` and again under each fastfake feature, and compares every
+field of every result -- sizes, strides, storage offset and size, dtype, device
+(the stored attribute and what ``.device`` answers), layout, requires_grad,
+conj/neg bits, dispatch keys, ``__dict__``, storage sharing with the inputs,
+which SymNodes are the inputs' own, and the ShapeEnv's guards, ranges,
+replacements and deferred runtime asserts.
+
+A feature whose programs differ in anything is turned off (``install()`` warns,
+naming the program and the field; ``stats()`` counts ``selftest.failed.<feature>``)
+and the others stay on; if nothing asked for survives, ``install()`` raises.
+Each feature must also have served at least one of its programs itself, so a
+fast path that silently stopped running is seen too (``selftest.idle.<feature>``).
+
+The programs leave nothing behind: fastfake's learned signatures, cache entries
+and counters, and stock's own dispatch-cache entries and counters are restored.
+"""
+from __future__ import annotations
+
+import contextlib
+import gc
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import optree
+import torch
+
+from fastfake import _C
+from fastfake.core import accelerations as _accelerations
+from fastfake.core import counters as _counters
+from fastfake.tracing import functional as _functional
+from fastfake.symbolic import symnode_memo as _symnode
+
+#: fastfake features and the counters that show each one served a result (from the
+#: one table of accelerations, fastfake/core/accelerations.py).
+FEATURES = _accelerations.selftest_features()
+
+
+def _served(counts: dict, feature: str) -> int:
+    return sum(counts.get(n, 0) for n in FEATURES[feature])
+
+
+@dataclass
+class Report:
+    torch_version: str
+    built_for: str
+    passed: dict[str, bool] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)
+    served: dict[str, int] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    #: "run" (the programs ran in this process) or "disk" (a result kept for this
+    #: installation, fastfake/core/selftest_store.py), and what happened to the store.
+    source: str = "run"
+    store: str = "off"
+    #: proofs of this installation that are not self-test programs, kept with the
+    #: result: name -> [proven, why not] (the stock key builder: fastfake/stock/key.py)
+    proofs: dict[str, list] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {
+            "torch_version": self.torch_version,
+            "built_for": self.built_for,
+            "passed": dict(self.passed),
+            "failures": dict(self.failures),
+            "served": dict(self.served),
+            "skipped": list(self.skipped),
+            "seconds": self.seconds,
+            "source": self.source,
+            "store": self.store,
+            "proofs": {k: list(v) for k, v in self.proofs.items()},
+        }
+
+    @classmethod
+    def from_stored(cls, d: dict, seconds: float) -> Report:
+        """A report kept on disk (validated by the store), as read in ``seconds``."""
+        return cls(
+            torch_version=d["torch_version"],
+            built_for=d["built_for"],
+            passed=dict(d["passed"]),
+            failures=dict(d["failures"]),
+            served=dict(d["served"]),
+            skipped=list(d["skipped"]),
+            seconds=seconds,
+            source="disk",
+            store="hit",
+            proofs={k: list(v) for k, v in d.get("proofs", {}).items()},
+        )
+
+
+# ---------------------------------------------------------------------------
+# The programs. Each takes a FakeTensorMode (entered) and a device and returns
+# (name, inputs, outputs) triples; every op is called twice so that the second
+# call is served from what the first one taught fastfake.
+# ---------------------------------------------------------------------------
+
+Program = Callable[[object, str], list]
+
+
+def _elementwise_program(mode, dev: str) -> list:
+    a = torch.empty(4, 1, 3, device=dev)
+    b = torch.empty(5, 1, device=dev)
+    i = torch.empty(4, 3, dtype=torch.int32, device=dev)
+    s = torch.empty_strided((16, 1), (1, 1), dtype=torch.bfloat16, device=dev)
+    out = []
+    for _ in range(2):
+        out.append(("add broadcast", (a, b), a + b))
+        out.append(("mul python scalar", (a,), a * 2.5))
+        out.append(("int + float promotion", (i, a), i + a))
+        out.append(("where", (a, b), torch.where(a > 0, a, b)))
+        out.append(("size-1 strides", (s,), torch.lerp(s, torch.ones(1, dtype=torch.bfloat16, device=dev), 0.3)))
+        c = torch.empty(5, 3, device=dev)
+        out.append(("add_ in place", (c, b), c.add_(b)))
+    return out
+
+
+def _cache_program(mode, dev: str) -> list:
+    x = torch.empty(6, 8, device=dev)
+    w = torch.empty(8, 4, device=dev)
+    out = []
+    for _ in range(2):
+        out.append(("mm", (x, w), torch.mm(x, w)))
+        out.append(("view", (x,), x.view(12, 4)))
+        out.append(("_unsafe_view", (x,), torch.ops.aten._unsafe_view.default(x, [48])))
+        out.append(("transpose", (x,), x.t()))
+        out.append(("softmax", (x,), torch.softmax(x, -1)))
+        out.append(("layer_norm", (x,), torch.nn.functional.layer_norm(x, (8,))))
+        out.append(("sum", (x,), x.sum(0)))
+        out.append(("cat", (x,), torch.cat([x, x], 1)))
+        out.append(("add_ in place", (x,), x.add_(x)))
+    return out
+
+
+def _symbolic_input(mode, dev: str, *shape: int) -> torch.Tensor:
+    """A fake tensor of ``shape`` with every dimension a new symbol."""
+    from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
+
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    ctx = StatelessSymbolicContext(dynamic_sizes=[DimDynamic.DYNAMIC] * len(shape))
+    with unset_fake_temporarily():  # the real tensor is made outside the fake mode
+        real = torch.empty(*shape, device=dev)
+    return mode.from_tensor(real, symbolic_context=ctx)
+
+
+def _symbolic_program(mode, dev: str) -> list:
+    x = _symbolic_input(mode, dev, 6, 8)
+    w = _symbolic_input(mode, dev, 8, 4)
+    out = []
+    for _ in range(2):
+        out.append(("mm", (x, w), torch.mm(x, w)))
+        out.append(("transpose", (x,), x.t()))
+        out.append(("softmax", (x,), torch.softmax(x, -1)))
+        out.append(("add", (x,), x + x))
+        out.append(("sum", (x,), x.sum(0)))
+        out.append(("_unsafe_view", (x,), torch.ops.aten._unsafe_view.default(x, [x.shape[0] * x.shape[1]])))
+        out.append(("view", (x,), x.view(x.shape[0] * x.shape[1])))
+    return out
+
+
+def _portable_program(mode, dev: str) -> list:
+    """The symbolic program in a ShapeEnv of its own first (its symbols get the
+    same names), then the compared one in ``mode``: its first calls may be served
+    from entries learned in the other ShapeEnv."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    with FakeTensorMode(shape_env=ShapeEnv()) as other:
+        _symbolic_program(other, dev)
+    with mode:
+        x = _symbolic_input(mode, dev, 6, 8)
+        w = _symbolic_input(mode, dev, 8, 4)
+        out = []
+        for _ in range(2):
+            out.append(("mm", (x, w), torch.mm(x, w)))
+            out.append(("softmax", (x,), torch.softmax(x, -1)))
+            out.append(("add", (x,), x + x))
+            out.append(("sum", (x,), x.sum(0)))
+            out.append(("view", (x,), x.view(x.shape[0] * x.shape[1])))
+        return out
+
+
+def _rerun_program(mode, dev: str) -> list:
+    """Repeats of a call stock never caches (``_unsafe_view``), each on a new input
+    tensor with the same metadata, and what its kernel memoised on that input."""
+    x = _symbolic_input(mode, dev, 6, 8)
+    out = []
+    for i in range(4):
+        t = x.clone() if i % 2 == 0 else x * 2
+        y = torch.ops.aten._unsafe_view.default(t, [x.shape[0] * x.shape[1]])
+        out.append(("_unsafe_view", (t,), y))
+        out.append(("input memo", (), _C.synth_recipe(t, True)))
+        out.append(("output memo", (), _C.synth_recipe(y, True)))
+        z = torch.ops.aten._unsafe_view.default(y, [x.shape[1], x.shape[0]])
+        out.append(("_unsafe_view back", (y,), z))
+    return out
+
+
+def _rerun_scalar_program(mode, dev: str) -> list:
+    """Repeats of pointwise calls with a SymFloat (stock never caches them): a
+    SymFloat of a size (backed, hinted) and one of ``.item()`` (unbacked), each op
+    several times on new inputs with the same metadata, a guard on the SymFloat in
+    between, and what the kernel memoised on the inputs."""
+    x = _symbolic_input(mode, dev, 6, 8)
+    out = []
+    floats = [torch.sym_float(x.shape[0]), torch.empty((), dtype=torch.float64, device=dev).item()]
+    for k, f in enumerate(floats):
+        for i in range(3):
+            t = x.clone() if i % 2 == 0 else x.t()
+            for name, op in (("add", torch.ops.aten.add.Tensor), ("mul", torch.ops.aten.mul.Tensor)):
+                y = op(t, f)
+                out.append((f"{name} symfloat {k}", (t,), y))
+                out.append(("input memo", (), _C.synth_recipe(t, True)))
+                out.append(("output memo", (), _C.synth_recipe(y, True)))
+            if i == 1:
+                torch._check(f > -1.0)
+                out.append(("guard", (), repr(sorted(map(str, mode.shape_env.var_to_range.items())))))
+    return out
+
+
+def _item_memo_program(mode, dev: str) -> list:
+    """``.item()`` of 0-d tensors again and again (the repeats answered from the
+    tensor's memo), after an in-place update (the memo is stale: a new unbacked
+    symbol), and in a new epoch of the mode."""
+    out = []
+    for dtype in (torch.float64, torch.int64, torch.bool):
+        x = torch.empty((), dtype=dtype, device=dev)
+        first = x.item()
+        for _ in range(3):
+            r = x.item()
+            out.append((f"item {dtype}", (x,), (r, r.node is first.node)))
+        if dtype is not torch.bool:
+            x.add_(1)
+            again = x.item()
+            out.append((f"item after add_ {dtype}", (x,), (again, again.node is first.node)))
+            out.append((f"item repeat after add_ {dtype}", (x,), x.item().node is again.node))
+        mode.epoch += 1
+        new_epoch = x.item()
+        out.append((f"item in a new epoch {dtype}", (x,), (new_epoch, new_epoch.node is first.node)))
+        out.append((f"item repeat in the new epoch {dtype}", (x,), x.item().node is new_epoch.node))
+    out.append(("unbacked symbols", (), repr(sorted(map(str, mode.shape_env.var_to_range)))))
+    return out
+
+
+def _symnode_program(mode, dev: str) -> list:
+    """SymInt arithmetic on a symbolic tensor's sizes, every operation twice (the
+    repeat is served from the SymNode memo): products, optimized summations,
+    differences, divisions, relations (SymBools left unevaluated), max, and / or,
+    powers, and the tensor queries that compute numel and contiguity."""
+    x = _symbolic_input(mode, dev, 6, 8, 4)
+    a, b, c = x.shape
+    out = []
+    for _ in range(2):
+        out.append(("mul", (x,), a * b))
+        out.append(("mul by a constant", (x,), a * 4))
+        out.append(("add", (x,), a + b))
+        out.append(("add a summation", (x,), (a + b) + c))
+        out.append(("sub", (x,), a - c))
+        out.append(("floordiv", (x,), (a * b) // c))
+        out.append(("truediv", (x,), a / b))
+        out.append(("eq", (x,), a == b))
+        out.append(("lt", (x,), a < b * c))
+        out.append(("ne", (x,), a != 6))
+        out.append(("sym_max", (x,), torch.sym_max(a, b)))
+        out.append(("and", (x,), (a < b) & (b < c)))
+        out.append(("pow", (x,), a**2))
+        out.append(("numel", (x,), x.numel()))
+        out.append(("view", (x,), x.view(a * b, c)))
+    return out
+
+
+def functional_wrapper(t: torch.Tensor) -> torch.Tensor:
+    """A ``FunctionalTensor`` wrapper of ``t`` built as up-to-2.14
+    ``FunctionalTensor.__new__`` builds one (13 positional arguments, the storage
+    size left to ``_make_wrapper_subclass``), without functionalization around it."""
+    from torch._subclasses.functional_tensor import FunctionalTensor
+
+    keys = FunctionalTensor._extra_dispatch_keys & torch._C._dispatch_keys(t)
+    return torch.Tensor._make_wrapper_subclass(
+        FunctionalTensor, t.shape, t.stride(), t.storage_offset(), None, t.dtype, t.layout,
+        t.device, False, False, None, False, False, keys,
+    )
+
+
+def _functional_program(mode, dev: str) -> list:
+    """FunctionalTensor wrappers (AOTAutograd's functionalization) over symbolic
+    fakes: their storage sizes, views with an offset, an op that guards."""
+    from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
+
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    x = _symbolic_input(mode, dev, 6, 8)
+    out = []
+    with FunctionalTensorMode():
+        xf = FunctionalTensor.to_functional(x)
+        for _ in range(2):
+            out.append(("add", (xf,), xf + xf))
+            out.append(("transpose", (xf,), xf.t()))
+            out.append(("slice", (xf,), xf[:, 1:]))
+            out.append(("view", (xf,), xf.view(xf.shape[0] * xf.shape[1])))
+            out.append(("mm", (xf,), torch.mm(xf, xf.t())))
+
+    # Under proxy tracing (replayed into the tracer): the graph make_fx builds
+    # when the storage sizes are traced into it, node names and numbering included.
+    def f(t):
+        total = 0
+        for v in (t, t.t(), t[1:], t, t.t(), t[1:]):
+            total = total + functional_wrapper(v).untyped_storage().nbytes()
+        return t + total
+
+    with unset_fake_temporarily():
+        code = make_fx(f, tracing_mode="symbolic")(torch.empty(6, 8, device=dev)).code
+    out.append(("make_fx graph", (), code))
+    return out
+
+
+def _detach_program(mode, dev: str) -> list:
+    """The snapshots make_fx and FakeTensorProp take (``snapshot_fake``): of
+    leaves, views, other dtypes, symbolic sizes, an inference tensor, also under
+    the Python dispatcher with functionalization on (as in AOTAutograd); then the
+    version counter they share with their input (after an in-place op on it); and
+    the node metadata of a make_fx graph and of FakeTensorProp over it."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.fx.experimental.proxy_tensor import make_fx, snapshot_fake
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    # First, as in the other programs: on 2.15 a symbol's name depends on what the
+    # process created before it, and only a fresh mode's first input is named alike.
+    s = _symbolic_input(mode, "cpu", 6, 8)  # made from a real tensor
+    # (a view of a requires_grad fake cuda tensor aborts a CPU-only torch build)
+    x = torch.empty(4, 6, device=dev, requires_grad=dev == "cpu")
+    b = torch.empty(3, 5, dtype=torch.bfloat16, device=dev)
+    with torch.inference_mode():
+        inf = torch.empty(5, device=dev)
+    out = []
+    sources = [("leaf", x), ("transpose", x.t()), ("bfloat16", b),
+               ("symbolic", s), ("symbolic view", s[1:]), ("inference", inf)]
+    if dev == "cpu":  # (slicing a fake cuda tensor needs CUDA in the torch build)
+        sources.append(("slice", x[1:]))
+    snaps = [(name, t, snapshot_fake(t)) for name, t in sources]
+    # As AOTAutograd snapshots: the Python dispatcher on and functionalization's
+    # key in the thread-local include set.
+    from torch._dispatch.python import enable_python_dispatcher
+
+    with enable_python_dispatcher():
+        torch._enable_functionalization(reapply_views=True)
+        try:
+            snaps += [(f"{name} (functionalizing)", t, snapshot_fake(t)) for name, t in sources]
+        finally:
+            torch._disable_functionalization()
+    b.add_(1)
+    s.mul_(2)
+    for name, t, snap in snaps:
+        version = "no version counter" if snap.is_inference() else snap._version
+        out.append((f"snapshot {name}", (t,), (snap, snap.is_leaf, snap._is_view(), snap.is_inference(), version)))
+
+    def f(a, w):
+        return torch.relu(a @ w).t().sum(0) + 1
+
+    with unset_fake_temporarily():
+        gm = make_fx(f, tracing_mode="fake")(torch.empty(4, 6), torch.empty(6, 3))
+    meta = [(n.name, str(n.meta.get("val"))) for n in gm.graph.nodes]
+    out.append(("make_fx node metadata", (), meta))
+    FakeTensorProp(gm, mode).propagate_dont_convert_inputs(torch.empty(4, 6), torch.empty(6, 3))
+    out.append(("FakeTensorProp vals", (), [n.meta.get("val") for n in gm.graph.nodes]))
+    return out
+
+
+def _convert_program(mode, dev: str) -> list:
+    """Real tensors fakified by the mode's converter (``from_tensor``): parameters,
+    dtypes, layouts, a leaf requiring grad (served in C++), a tensor sharing a
+    converted storage (stock's); the memo answering for a live fake; the
+    converter's ids, memos and counters afterwards; an op on converted fakes. (No
+    view: stock rebuilds one with an op, whose dispatch gives the converter ids
+    or not depending on stock's own dispatch cache.)"""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    with unset_fake_temporarily():
+        p = torch.nn.Parameter(torch.zeros(4, 6))
+        sources = [
+            ("parameter", p),
+            ("bfloat16", torch.zeros(3, 5, dtype=torch.bfloat16)),
+            ("int64", torch.zeros(7, dtype=torch.int64)),
+            ("channels_last", torch.zeros(2, 3, 4, 5).to(memory_format=torch.channels_last)),
+            ("odd strides", torch.empty_strided((4, 6), (1, 4)).zero_()),
+            ("requires_grad", torch.zeros(3, requires_grad=True)),
+            ("0-d float32", torch.tensor(1.5)),
+            ("0-d int64", torch.tensor(3)),
+            ("storage larger than needed",
+             torch.empty(0).set_(torch.zeros(10).untyped_storage(), 0, (4,), (1,))),
+            ("shared storage", p.detach()),
+        ]
+    out = []
+    fakes = [mode.from_tensor(t) for _, t in sources]
+    for (name, _), f in zip(sources, fakes):
+        out.append((f"convert {name}", (), (f, f._is_view(), f.is_leaf)))
+    out.append(("memo", (), mode.from_tensor(p) is fakes[0]))
+    mc = mode.fake_tensor_converter.meta_converter
+    d = mc.describer
+    out.append((
+        "converter state",
+        (),
+        (d.next_tensor_id, d.next_storage_id, sorted(mc.tensor_memo.keys()),
+         sorted(mc.storage_memo.keys()), mc.hit, mc.miss, mc.arg_cnt),
+    ))
+    out.append(("op on converted", (fakes[0],), fakes[0] * 2))
+    return out
+
+
+def _symnode_expr_program(mode, dev: str) -> list:
+    """``SymNode.expr`` of symbols, products, sums, floor divisions, relations,
+    constants (an integer, a number that is not a sympy Number, a boolean atom),
+    each read twice before any replacement, after one (two symbols made equal) and
+    after another (a symbol specialised to a constant): the expression returned and
+    the node's replacement cache (``_expr_cache``, ``_expr_ver``) afterwards."""
+    import sympy
+    from torch.fx.experimental.sym_node import SymNode
+
+    x = _symbolic_input(mode, dev, 6, 6, 4)
+    a, b, c = x.shape
+    env = mode.shape_env
+    nodes = [a.node, b.node, c.node, (a * b).node, (a + b * c).node, ((a * b) // c).node,
+             (a < b * c).node, SymNode(sympy.Integer(5), env, int, 5),
+             SymNode(sympy.Integer(3) + sympy.sqrt(2), env, float, 3 + 2**0.5),
+             SymNode(sympy.true, env, bool, True)]
+
+    def read(when: str) -> tuple:
+        return (when, [
+            (sympy.srepr(n.expr), repr(n._expr_ver), sympy.srepr(n._expr_cache)) for n in nodes
+        ])
+
+    out = []
+    for when in ("before replacements", "again"):
+        out.append((when, (), read(when)))
+    torch._check(a == b)
+    for when in ("after a replacement", "again"):
+        out.append((when, (), read(when)))
+    torch._check(c == 4)
+    for when in ("after a specialisation", "again"):
+        out.append((when, (), read(when)))
+    return out
+
+
+def _symnode_int_program(mode, dev: str) -> list:
+    """``SymNode.maybe_as_int`` of symbols, products, sums, floor divisions, float
+    and boolean nodes and constants (integer, float, a number that is not a sympy
+    Number), before and after a replacement and a specialisation, each asked twice;
+    plus the int sizes of a tensor built from those SymInts (what C++ asks)."""
+    import sympy
+    from torch.fx.experimental.sym_node import SymNode
+
+    x = _symbolic_input(mode, dev, 6, 6, 4)
+    a, b, c = x.shape
+    env = mode.shape_env
+    nodes = [a.node, b.node, c.node, (a * b).node, (a + b * c).node, ((a * b) // c).node,
+             (a < b * c).node, (a / c).node, SymNode(sympy.Integer(5), env, int, 5),
+             SymNode(sympy.Float(2.5), env, float, 2.5),
+             SymNode(sympy.Integer(3) + sympy.sqrt(2), env, float, 3 + 2**0.5)]
+
+    def ask(when: str) -> tuple:
+        return (when, [repr(n.maybe_as_int()) for n in nodes])
+
+    out = []
+    for when in ("before replacements", "again"):
+        out.append((when, (), ask(when)))
+    torch._check(a == b)
+    out.append(("after a replacement", (), ask("after a replacement")))
+    torch._check(c == 4)
+    for when in ("after a specialisation", "again"):
+        out.append((when, (), ask(when)))
+    y = x.new_empty(a * b, c)
+    out.append(("sizes through C++", (x,), (y, [repr(s) for s in y.shape])))
+    return out
+
+
+def _summary(v) -> str:
+    """A value of another mode's ShapeEnv, as text (the describer knows one mode)."""
+    if isinstance(v, torch.Tensor):
+        return f"{type(v).__name__}{tuple(v.shape)} {v.stride()} {v.storage_offset()} {v.dtype} {v.device}"
+    return repr(v)
+
+
+def _fake_prop_program(mode, dev: str) -> list:
+    """FakeTensorProp over make_fx graphs (fastfake/tracing/fake_prop.py serves its nodes):
+    a static graph with tuple and list outputs, keyword arguments and a scalar; a
+    symbolic one (SymInt nodes, views sized by them) propagated on symbolic inputs;
+    one with data-dependent sizes (unbacked symbols: their bindings recorded in
+    the node metadata, then re-bound by a second propagation). Every node's
+    ``meta["val"]`` and ``meta["unbacked_bindings"]`` are compared."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.fx.experimental.proxy_tensor import make_fx
+    from torch.fx.passes.fake_tensor_prop import FakeTensorProp
+
+    def static(a, w):
+        m = torch.relu(a @ w)
+        var, mean = torch.var_mean(m, 0, keepdim=True)
+        parts = torch.split(m, 2)
+        return (m - mean) / var.add(1e-5, alpha=2), parts[0].t(), parts[1]
+
+    def symbolic(x, w):
+        y = (x @ w).view(x.shape[0] * w.shape[1])
+        return y.sum(0) + x.shape[0], torch.cat([y, y]).unsqueeze(1)
+
+    def unbacked(x):
+        idx = torch.nonzero(x)
+        return idx.sum(0), idx.shape[0] * 2
+
+    def meta(gm) -> list:
+        return [
+            (n.name, n.meta.get("val"), str(n.meta.get("unbacked_bindings")))
+            for n in gm.graph.nodes
+        ]
+
+    out = []
+    with unset_fake_temporarily():
+        gm_static = make_fx(static, tracing_mode="fake")(torch.empty(4, 6), torch.empty(6, 3))
+        gm_sym = make_fx(symbolic, tracing_mode="symbolic")(torch.empty(4, 6), torch.empty(6, 3))
+        gm_unbacked = make_fx(unbacked, tracing_mode="symbolic")(torch.ones(5, 2))
+    for _ in range(2):
+        FakeTensorProp(gm_static, mode).propagate_dont_convert_inputs(
+            torch.empty(4, 6, device=dev), torch.empty(6, 3, device=dev))
+        out.append(("static graph", (), meta(gm_static)))
+    x = _symbolic_input(mode, dev, 4, 6)
+    w = _symbolic_input(mode, dev, 6, 3)
+    for _ in range(2):
+        FakeTensorProp(gm_sym, mode).propagate_dont_convert_inputs(x, w)
+        out.append(("symbolic graph", (x, w), meta(gm_sym)))
+    # Data-dependent sizes: propagated again in the ShapeEnv make_fx traced in
+    # (as Inductor re-propagates), so the new unbacked symbols are re-bound to the
+    # graph's (rebind_unbacked); a new input each time (nonzero is memoised on it).
+    trace_mode = next(iter(gm_unbacked.graph.nodes)).meta["val"].fake_mode
+    for _ in range(2):
+        with trace_mode:
+            u = _symbolic_input(trace_mode, dev, 5, 2)
+            FakeTensorProp(gm_unbacked, trace_mode).propagate_dont_convert_inputs(u)
+        out.append(("unbacked graph", (), [
+            (name, optree.tree_map(_summary, val, none_is_leaf=True), bindings)
+            for name, val, bindings in meta(gm_unbacked)
+        ]))
+        out.append(("unbacked ShapeEnv", (), repr(_shape_env_state(trace_mode.shape_env))))
+    return out
+
+
+# (feature, program, needs a ShapeEnv, devices it runs on)
+def _groups() -> list[tuple[str, Program, bool, tuple[str, ...]]]:
+    accel = ["cuda"]
+    if "torch_xla" in sys.modules:
+        accel.append("xla")
+    return [
+        ("elementwise", _elementwise_program, False, ("cpu", *accel)),
+        ("cache", _cache_program, False, ("cpu", *accel)),
+        ("cache_symbolic", _symbolic_program, True, ("cpu",)),
+        ("cache_portable", _portable_program, True, ("cpu",)),
+        ("cache_rerun", _rerun_program, True, ("cpu",)),
+        ("cache_rerun_scalar", _rerun_scalar_program, True, ("cpu",)),
+        ("cache_item_memo", _item_memo_program, True, ("cpu",)),
+        ("functional_storage", _functional_program, True, ("cpu",)),
+        ("detach", _detach_program, True, ("cpu", *accel)),
+        ("convert", _convert_program, False, ("cpu",)),
+        ("symnode_memo", _symnode_program, True, ("cpu",)),
+        ("fake_prop", _fake_prop_program, True, ("cpu",)),
+        ("symnode_expr", _symnode_expr_program, True, ("cpu",)),
+        ("symnode_int", _symnode_int_program, True, ("cpu",)),
+    ]
+
+
+# ---------------------------------------------------------------------------
+# Describing results: every field, as plain comparable values.
+# ---------------------------------------------------------------------------
+
+
+class _Describer:
+    def __init__(self, mode, stock_device: property) -> None:
+        self.mode = mode
+        self.stock_device = stock_device
+
+    def _int_like(self, v, nodes: dict[int, int]):
+        if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            k = nodes.get(id(v.node))
+            if k is not None:
+                return ("input SymNode", k)
+            return ("new SymNode", *_symnode.describe(v.node))
+        return v
+
+    def _tensor(self, t: torch.Tensor, inputs: tuple, nodes: dict[int, int]) -> dict:
+        def ints(x):
+            return [*x.shape, *x.stride(), x.storage_offset(), x.untyped_storage().nbytes()]
+
+        d = {
+            "type": type(t).__qualname__,
+            "sizes, strides, offset, nbytes": [self._int_like(v, nodes) for v in ints(t)],
+            "dtype": t.dtype,
+            "device (stock property)": (
+                self.stock_device.__get__(t, type(t)) if hasattr(t, "fake_mode") else t.device
+            ),
+            "device (as served)": t.device,
+            "layout": t.layout,
+            "requires_grad": t.requires_grad,
+            "conj/neg": (t.is_conj(), t.is_neg()),
+            "version": None if t.is_inference() else t._version,
+            "dispatch keys": str(torch._C._dispatch_keys(t)),
+            "__dict__": [
+                (k, "mode" if v is self.mode else repr(v)) for k, v in vars(t).items()
+            ],
+            "is input": [j for j, x in enumerate(inputs) if x is t],
+            "shares storage with input": [
+                j
+                for j, x in enumerate(inputs)
+                if isinstance(x, torch.Tensor)
+                and x.untyped_storage()._cdata == t.untyped_storage()._cdata
+            ],
+        }
+        return d
+
+    def describe(self, name: str, inputs: tuple, value) -> dict:
+        nodes: dict[int, int] = {}
+        for x in inputs:
+            if isinstance(x, torch.Tensor):
+                for v in (*x.shape, *x.stride(), x.storage_offset(), x.untyped_storage().nbytes()):
+                    if isinstance(v, torch.SymInt):
+                        nodes.setdefault(id(v.node), len(nodes))
+        leaves, spec = optree.tree_flatten(value, none_is_leaf=True)
+        return {
+            "structure": str(spec),
+            "outputs": [
+                self._tensor(v, inputs, nodes)
+                if isinstance(v, torch.Tensor)
+                else self._int_like(v, nodes)
+                if isinstance(v, (torch.SymInt, torch.SymFloat, torch.SymBool))
+                else repr(v)
+                for v in leaves
+            ],
+        }
+
+
+def _shape_env_state(env) -> dict:
+    if env is None:
+        return {}
+    return {
+        "guards": [str(g.expr) for g in env.guards],
+        "var_to_range": {str(k): str(v) for k, v in env.var_to_range.items()},
+        "replacements": {str(k): str(v) for k, v in env.replacements.items()},
+        "deferred runtime asserts": {
+            str(k): [str(r.expr) for r in v] for k, v in env.deferred_runtime_asserts.items()
+        },
+    }
+
+
+def _run(program: Program, dev: str, symbolic: bool, stock_device: property):
+    """(per-call descriptions, ShapeEnv state) or the exception raised."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    mode = FakeTensorMode(shape_env=ShapeEnv() if symbolic else None)
+    try:
+        with mode:
+            calls = program(mode, dev)
+            d = _Describer(mode, stock_device)
+            described = [(name, d.describe(name, ins, val)) for name, ins, val in calls]
+    except Exception as e:  # noqa: BLE001 - compared with the other side
+        return e
+    return described, _shape_env_state(mode.shape_env)
+
+
+def _first_difference(stock, fast) -> tuple[str, str] | None:
+    """(field, message) of the first difference, None if identical."""
+    if isinstance(stock, Exception) or isinstance(fast, Exception):
+        if type(stock) is type(fast) and str(stock) == str(fast):
+            return None
+
+        def outcome(x) -> str:
+            return f"raised {x!r:.300}" if isinstance(x, Exception) else "returned results"
+
+        return "outcome", f"stock {outcome(stock)}; fastfake {outcome(fast)}"
+    (s_calls, s_env), (f_calls, f_env) = stock, fast
+    for (name, s), (_, f) in zip(s_calls, f_calls):
+        if s["structure"] != f["structure"]:
+            return "structure", f"{name}: stock {s['structure']}, fastfake {f['structure']}"
+        for j, (so, fo) in enumerate(zip(s["outputs"], f["outputs"])):
+            if so == fo:
+                continue
+            if not isinstance(so, dict) or not isinstance(fo, dict):
+                return "value", f"{name} output {j}: stock {so!r}, fastfake {fo!r}"
+            for k in so:
+                if so[k] != fo.get(k):
+                    return k, f"{name} output {j}: {k}: stock {so[k]!r}, fastfake {fo.get(k)!r}"
+    for k in s_env:
+        if s_env[k] != f_env.get(k):
+            return k, f"ShapeEnv {k}: stock {s_env[k]!r}, fastfake {f_env.get(k)!r}"
+    return None
+
+
+def _dispatch_tls() -> tuple:
+    """The thread-local dispatch state a fast path must leave as it found it."""
+    return (
+        str(torch._C._dispatch_tls_local_include_set()),
+        str(torch._C._dispatch_tls_local_exclude_set()),
+        torch._C._meta_in_tls_dispatch_include(),
+    )
+
+
+@contextlib.contextmanager
+def stock_state_preserved() -> Iterator[None]:
+    """Put stock's class-level dispatch cache and its counters back afterwards."""
+    from torch._subclasses.fake_tensor import FakeTensorMode as M
+
+    cache_keys = set(M.cache)
+    counters = {k: getattr(M, k) for k in ("cache_hits", "cache_misses")}
+    bypasses = dict(M.cache_bypasses)
+    try:
+        yield
+    finally:
+        for k in [k for k in M.cache if k not in cache_keys]:
+            del M.cache[k]
+        for k, v in counters.items():
+            setattr(M, k, v)
+        M.cache_bypasses.clear()
+        M.cache_bypasses.update(bypasses)
+
+
+def run(
+    fast: Callable[[str], contextlib.AbstractContextManager],
+    stock_device: property,
+    features: list[str],
+) -> Report:
+    """Run the programs of ``features`` under stock and under ``fast(feature)`` (a
+    context in which only that feature -- plus the device descriptor -- is
+    installed). The device descriptor is judged on every program's outputs."""
+    report = Report(torch_version=torch.__version__, built_for=_C.built_for())
+    t0 = time.perf_counter()
+    counters_before = [v for _, v in _C.counters()]
+    python_before = _counters.saved()
+    device_ok = True
+    device_msg = ""
+    device_served = 0
+    try:
+        with stock_state_preserved():
+            for feature, program, symbolic, devices in _groups():
+                if feature not in features:
+                    continue
+                ok, msg, served = True, "", 0
+                for dev in devices:
+                    stock = _run(program, dev, symbolic, stock_device)
+                    if isinstance(stock, Exception):
+                        report.skipped.append(f"{feature} on {dev}: stock raised {type(stock).__name__}")
+                        continue
+                    _C.reset_counters()
+                    _counters.reset()
+                    tls = _dispatch_tls()
+                    with torch._C._PreserveDispatchKeyGuard():
+                        with fast(feature):
+                            got = _run(program, dev, symbolic, stock_device)
+                        tls_after = _dispatch_tls()
+                    if tls_after != tls and not isinstance(got, Exception):
+                        got = RuntimeError(f"thread-local dispatch keys changed: {tls} -> {tls_after}")
+                    counts = dict(_C.counters())
+                    counts.update(_counters.counters())
+                    served += _served(counts, feature)
+                    device_served += _served(counts, "device")
+                    diff = _first_difference(stock, got)
+                    if diff is None:
+                        continue
+                    fld, text = diff
+                    if fld == "device (as served)":
+                        device_ok, device_msg = False, f"{feature} program on {dev}: {text}"
+                        continue
+                    ok, msg = False, f"program on {dev}: {text}"
+                    break
+                report.passed[feature] = ok
+                report.served[feature] = served
+                if not ok:
+                    report.failures[feature] = msg
+    finally:
+        _C.cache_clear()
+        _C.forget_signatures()
+        _C.set_counters(counters_before)
+        _functional.clear()
+        _C.symnode_memo_clear()
+        _C.symnode_expr_clear()
+        _counters.restore(python_before)
+    report.passed["device"] = device_ok
+    report.served["device"] = device_served
+    if not device_ok:
+        report.failures["device"] = device_msg
+    # The programs' modes, ShapeEnvs and tensors form reference cycles: collect
+    # them now, so that the cyclic collector does not meet them later in the
+    # user's first compile (measured: +0.2-0.3 s in the next gen-2 collection of a
+    # warm-cache Inductor start, landing in its compiled-code loading).
+    gc.collect()
+    report.seconds = time.perf_counter() - t0
+    return report
