@@ -8,6 +8,7 @@ import glob
 import os
 
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
 import torch
 from torch.utils.cpp_extension import BuildExtension, CppExtension
 
@@ -27,6 +28,18 @@ sources = sorted(glob.glob(os.path.join("csrc", "**", "*.cpp"), recursive=True))
 headers = sorted(glob.glob(os.path.join("csrc", "**", "*.h"), recursive=True))
 
 
+
+class build_py_with_startup(build_py):
+    """Also put startup/fastfake.pth and its module at the top of site-packages:
+    FASTFAKE=1 then installs fastfake when a program imports torch
+    (startup/fastfake_autoinstall.py)."""
+
+    def run(self):
+        super().run()
+        for name in ("fastfake.pth", "fastfake_autoinstall.py"):
+            self.copy_file(os.path.join(ROOT, "startup", name), os.path.join(self.build_lib, name))
+
+
 setup(
     name="fastfake",
     version=version(),
@@ -42,7 +55,7 @@ setup(
             extra_compile_args=["-O2", "-fvisibility=hidden", "-Wno-unused-parameter"],
         )
     ],
-    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True)},
+    cmdclass={"build_ext": BuildExtension.with_options(use_ninja=True), "build_py": build_py_with_startup},
     python_requires=">=3.10",
     # The extension is ABI-bound to the torch it was compiled against.
     install_requires=[f"torch=={torch.__version__.split('+')[0]}", "optree", "numpy"],
