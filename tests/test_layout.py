@@ -16,7 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 #: folders before it. The top-level modules (the public API, cli) may import any.
 PY_LAYERS = ("common", "parity", "symbolic", "tracing", "convert", "elementwise", "stock", "cache", "core")
 #: C++ subsystems, lowest first; module.cpp (the bindings) may include any.
-CPP_LAYERS = ("common", "stock", "symbolic", "elementwise", "cache", "convert", "dispatch")
+CPP_LAYERS = ("common", "stock", "symbolic", "cache", "elementwise", "convert", "dispatch")
 
 
 def _py_modules() -> dict[str, pathlib.Path]:
@@ -139,6 +139,23 @@ def test_cpp_subsystems_are_folders_in_layers():
             g = inc.split("/")[0]
             if CPP_LAYERS.index(g) > CPP_LAYERS.index(f):
                 bad.append(f"{n} -> {inc} ({f} is below {g})")
+    assert not bad, "\n".join(bad)
+
+
+def test_cpp_declares_no_other_subsystem_s_internals():
+    """A subsystem's internals (``namespace <folder>_detail``) are declared only in
+    its own folder: another folder reaches them through the subsystem's header, where
+    the include check above sees the dependency (a hand-written declaration would
+    hide it)."""
+    csrc = ROOT / "csrc"
+    bad = []
+    for p in csrc.rglob("*"):
+        if p.suffix not in (".h", ".cpp") or p.name == "module.cpp":
+            continue
+        folder = p.relative_to(csrc).parts[0]
+        for ns in re.findall(r"^namespace (\w+)_detail \{", p.read_text(), re.M):
+            if ns != folder:
+                bad.append(f"{p.relative_to(csrc)}: namespace {ns}_detail")
     assert not bad, "\n".join(bad)
 
 

@@ -316,7 +316,7 @@ PyObject* try_cache(
   PyObject* before = nullptr; // owned: fastfake.cache.portable's snapshot
   if (ctx.symbolic) {
     bump(CacheSymMiss);
-    // First call here of a call learned in another ShapeEnv (cache_portable.cpp).
+    // First call here of a call learned in another ShapeEnv (csrc/cache/portable.cpp).
     if (PyObject* r = portable_serve(mode, func, args, kwargs, ctx)) {
       *served = true;
       return r;

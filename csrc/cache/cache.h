@@ -3,8 +3,17 @@
 #pragma once
 
 #include "common/fastfake.h"
+#include "common/keys.h"
 
 namespace fastfake {
+
+namespace cache_detail {
+// The part of every key that is global state: the op, the default dtype and
+// dispatch key, inference mode, proxy tracing, the ShapeEnv's settings
+// (csrc/cache/keys.cpp; the elementwise signatures start with it too). False: not
+// keyable here, the call is stock's.
+bool global_key(PyObject* mode, PyObject* func, Key& key);
+} // namespace cache_detail
 
 // Same contract as try_elementwise; *served: rebuilt from a cache entry.
 PyObject* try_cache(

@@ -177,12 +177,10 @@ void store(Key&& key, Entry&& e);
 bool still_valid(const KeyCtx& ctx, Entry& e);
 long long class_counter(PyObject* name);
 
-// ---- cache_keys.cpp ----
+// ---- keys.cpp (global_key: cache.h) ----
 int64_t env_uid(PyObject* env);
 c10::SymInt symint_from_node(PyObject* node);
 bool encode(KeyCtx& ctx, PyObject* v, int depth);
-bool proxy_tracing();
-bool global_key(PyObject* mode, PyObject* func, Key& key);
 // ShapeEnvSettings, its field names and its __eq__ / __hash__ where
 // fastfake.common.compat.settings_fields proves those read nothing but the fields
 // (nullptr: not proven); the key then holds a settings object of that class, while

@@ -380,16 +380,6 @@ bool encode(KeyCtx& ctx, PyObject* v, int depth) {
   return false;
 }
 
-bool proxy_tracing() {
-  if (c10::impl::TorchDispatchModeTLS::get_mode(c10::impl::TorchDispatchModeKey::PROXY)
-          .has_value()) {
-    return true;
-  }
-  PyObject* pre = g_py.pre_dispatch_infra_modes;
-  return pre != nullptr && PyList_Check(pre) && PyList_GET_SIZE(pre) > 0 &&
-      PyList_GET_ITEM(pre, 0) != Py_None;
-}
-
 namespace {
 // ShapeEnvSettings and where each of its fields is read: a slot's offset, or -1
 // for the instance dict (fastfake.common.compat.settings_fields proves the class).

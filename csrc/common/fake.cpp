@@ -3,6 +3,7 @@
 #include "common/fastfake.h"
 
 #include <ATen/EmptyTensor.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <c10/core/StorageImpl.h>
 #include <torch/csrc/Device.h>
 #include <torch/csrc/DynamicTypes.h>
@@ -12,6 +13,18 @@
 #include <sstream>
 
 namespace fastfake {
+
+// Proxy tracing is active: make_fx's PROXY mode is on the dispatch-mode stack, or
+// the pre-dispatch [PROXY, FUNCTIONAL] modes are set (part of stock's cache key).
+bool proxy_tracing() {
+  if (c10::impl::TorchDispatchModeTLS::get_mode(c10::impl::TorchDispatchModeKey::PROXY)
+          .has_value()) {
+    return true;
+  }
+  PyObject* pre = g_py.pre_dispatch_infra_modes;
+  return pre != nullptr && PyList_Check(pre) && PyList_GET_SIZE(pre) > 0 &&
+      PyList_GET_ITEM(pre, 0) != Py_None;
+}
 
 // torch.export's non-strict leak detector registers every FakeTensor from
 // FakeTensor.__init__; while it is on, stock builds all outputs.

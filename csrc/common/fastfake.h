@@ -9,9 +9,11 @@
 //   stock/       stock's cache key in C++, stock's cache statistics for served calls,
 //                calls handed to stock per overload
 //   symbolic/    SymNode arithmetic memo, SymNode.expr, SymNode.maybe_as_int
+//   cache/       the per-op result cache: keys (the global part of which the
+//                elementwise signatures share: cache.h), learning, rebuilding,
+//                synthesised outputs, portable records, reruns, item memo
+//                (cache/internal.h)
 //   elementwise/ the pointwise fast path and its stride rules
-//   cache/       the per-op result cache: keys, learning, rebuilding, synthesised
-//                outputs, portable records, reruns, item memo (cache/internal.h)
 //   convert/     real tensors into FakeTensors, snapshots (fast_detach), real inputs
 //   dispatch/    the C-level FakeTensorMode.__torch_dispatch__ and device descriptor
 //   module.cpp   pybind11 bindings
@@ -285,6 +287,10 @@ PyObject* make_fake_tensor(PyObject* mode, at::Tensor elem, PyObject* device);
 // torch.export's non-strict fake-tensor leak tracker is on (every
 // FakeTensor must then be built by stock, whose __init__ registers it).
 bool export_leak_tracking();
+
+// Proxy tracing is active (make_fx's PROXY mode, or the pre-dispatch modes);
+// common/fake.cpp.
+bool proxy_tracing();
 
 
 // The Python SymNode behind a SymNode implementation (nullptr if it is not one

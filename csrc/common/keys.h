@@ -1,5 +1,5 @@
 // Building integer keys from Python values: shared by the elementwise signatures
-// (elementwise.cpp) and the result-cache keys (cache_keys.cpp).
+// (elementwise/elementwise.cpp) and the result-cache keys (cache/keys.cpp).
 #pragma once
 
 #include <Python.h>

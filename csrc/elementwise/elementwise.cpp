@@ -23,6 +23,7 @@
 #include "elementwise/internal.h"
 #include "common/fastfake.h"
 #include "common/keys.h"
+#include "cache/cache.h"
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/ExpandUtils.h>
@@ -40,9 +41,6 @@
 
 namespace fastfake {
 
-namespace cache_detail {
-bool global_key(PyObject* mode, PyObject* func, Key& key); // cache_keys.cpp
-} // namespace cache_detail
 
 using namespace elementwise_detail;
 

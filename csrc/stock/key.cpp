@@ -50,9 +50,6 @@
 #include <vector>
 
 namespace fastfake {
-namespace cache_detail {
-bool proxy_tracing(); // cache_keys.cpp
-} // namespace cache_detail
 
 namespace {
 
@@ -364,7 +361,7 @@ PyObject* stock_key_build(PyObject* mode, PyObject* state, PyObject* func, PyObj
                torch::getTHPDtype(c10::typeMetaToScalarType(c10::get_default_dtype())))) &&
       push_new(result, default_device_str()) &&
       push(result, c10::InferenceMode::is_enabled() ? Py_True : Py_False) && push(result, settings) &&
-      (!g.tracing_item || push(result, cache_detail::proxy_tracing() ? Py_True : Py_False));
+      (!g.tracing_item || push(result, proxy_tracing() ? Py_True : Py_False));
   Py_XDECREF(settings);
   if (!head) r = R::Error;
   if (r == R::Ok && PyTuple_GET_SIZE(args) > 0) r = b.seq(args, 0);

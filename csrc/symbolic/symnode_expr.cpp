@@ -29,13 +29,13 @@
 // key, so an identity is never reused while its entry lives; bounded, emptied when
 // full). Served only for exact SymNode instances; class access hands out the stock
 // property, and setting or deleting goes to it. Which releases: fastfake/symbolic/symnode_memo.py.
+#include "common/fastfake.h"
 #include "symbolic/symnode_expr.h"
 
 #include <unordered_map>
 
 namespace fastfake {
 
-PyObject* instance_attr(PyObject* obj, PyObject* name); // fake.cpp
 
 namespace {
 

@@ -34,6 +34,7 @@
 // reaches its bound (32768 entries). Turning it off keeps the entries (they never go
 // stale: they are functions of their keys); cache_clear() empties it. Which
 // releases it is proven on: fastfake/symbolic/symnode_memo.py.
+#include "common/fastfake.h"
 #include "symbolic/symnode_memo.h"
 
 #include <functional>
@@ -42,10 +43,6 @@
 
 namespace fastfake {
 
-PyObject* instance_attr(PyObject* obj, PyObject* name); // fake.cpp
-namespace cache_detail {
-bool proxy_tracing(); // cache_keys.cpp
-} // namespace cache_detail
 
 namespace {
 
@@ -279,7 +276,7 @@ PyObject* memo_call(PyObject* capsule, PyObject* const* args, Py_ssize_t nargs) 
     ++g_counts[kStockType];
     return call_stock(m, args, nargs);
   }
-  if (cache_detail::proxy_tracing()) {
+  if (proxy_tracing()) {
     ++g_counts[kStockProxy];
     return call_stock(m, args, nargs);
   }

@@ -105,7 +105,7 @@ def counters() -> dict[str, int]:
     out = {f"cache.symbolic.portable.{k}": _counts[k] + fast.get(k, 0) for k in _NAMES}
     out["cache.symbolic.portable.admitted_python"] = fast.get("python", 0)
     # (counted by the extension: the derived values -- numel, contiguity -- the
-    # arguments had memoised; cache_portable.cpp)
+    # arguments had memoised; csrc/cache/portable.cpp)
     out["cache.symbolic.portable.input_memo"] = refused
     out["cache.symbolic.portable.declined.input_memo"] = declined
     return out

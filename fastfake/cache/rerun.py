@@ -62,7 +62,7 @@ output is a new plain FakeTensor of the mode (storage of its own, version 0) who
 symbols are the tensor's; and the record also holds what static evaluation reads
 about the SymFloat's symbols (hint, replacement, range), so a repeat is served only
 while those are unchanged. Self-test feature ``cache_rerun_scalar``; counted as
-``cache.symbolic.rerun.served_scalar``; ``FASTFAKE_NO_RERUN_SCALAR=1`` turns it off.
+``cache.symbolic.rerun.served_scalar``; ``FASTFAKE_DISABLE=cache_rerun_scalar`` turns it off.
 
 Records hold sympy values; never a ShapeEnv, mode, SymNode or tensor.
 """

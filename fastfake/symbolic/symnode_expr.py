@@ -22,7 +22,7 @@ Offered only where the stock property is source-identical to one it was proven o
 (:data:`fastfake.common.compat.SYMNODE_EXPR_SOURCES`, which also names the rule), where
 ``SymNode`` defines none of the attributes the descriptor reads from the instance,
 and after the install-time self-test (feature ``symnode_expr``); 2.9's property is
-a bare ``shape_env.replace(_expr)`` and stays stock's. ``FASTFAKE_NO_SYMNODE_EXPR=1``
+a bare ``shape_env.replace(_expr)`` and stays stock's. ``FASTFAKE_DISABLE=symnode_expr``
 turns it off.
 
 Counters (``stats()``): ``symnode.expr.served``, ``.stock.type`` (not exactly a

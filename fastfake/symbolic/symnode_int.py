@@ -18,7 +18,7 @@ immutable). Exact ``SymNode`` instances only; anything else calls stock's functi
 Offered only where stock's method is source-identical to one it was proven on
 (:data:`fastfake.common.compat.SYMNODE_MAYBE_AS_INT_SOURCES`: 2.9.0; 2.13.0, 2.14.1 and
 2.15.0 share one), and after the install-time self-test (feature ``symnode_int``).
-``FASTFAKE_NO_SYMNODE_INT=1`` turns it off.
+``FASTFAKE_DISABLE=symnode_int`` turns it off.
 
 Counters (``stats()``): ``symnode.int.served``, ``symnode.int.stock.type`` (not
 exactly a SymNode).

@@ -25,7 +25,7 @@ source-identical to one it was proven on
 (``_compat.SYMNODE_BINARY_SOURCES``), and then proven
 again by the install-time self-test (feature ``symnode_memo``). torch 2.15 memoises
 these operations itself (``ShapeEnv._symop_cache``), so there stock's source
-differs and the memo stays off. ``FASTFAKE_NO_SYMNODE_MEMO=1`` turns it off.
+differs and the memo stays off. ``FASTFAKE_DISABLE=symnode_memo`` turns it off.
 
 Counters (``stats()``): ``symnode.memo.hit``, ``.learned``, ``.full`` (the memo was
 emptied at its bound), and ``.stock.<reason>`` for calls handed to stock:

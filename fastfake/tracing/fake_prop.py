@@ -36,7 +36,7 @@ replaced) adds its "While executing ..." context as it does for stock.
 It is offered only where the stock functions it stands for are source-identical to
 those of a release it was proven on (:data:`fastfake.common.compat.FAKE_PROP_SOURCES`)
 and the install-time self-test (feature ``fake_prop``) finds the same node metadata
-and ShapeEnv; ``FASTFAKE_NO_FAKE_PROP=1`` turns it off.
+and ShapeEnv; ``FASTFAKE_DISABLE=fake_prop`` turns it off.
 """
 from __future__ import annotations
 
