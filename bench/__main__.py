@@ -24,7 +24,7 @@ import torch
 
 import fastfake
 
-from . import harness
+from . import harness, verdict
 from .models import MODEL_NAMES, MODELS, SIZES, have_transformers
 from .workloads import (
     DEFAULT_WORKLOADS,
@@ -83,6 +83,9 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="compile rows as a long-running process compiles again: one untimed "
                         "compile per implementation first, then each repetition resets only "
                         "Dynamo (stock's dispatch cache and what fastfake learned stay)")
+    p.add_argument("--allow-slower", action="store_true",
+                   help="a row where fastfake is slower than stock beyond noise is a warning, "
+                        "not a failure (exit status 0)")
     p.add_argument("--list", action="store_true", help="list models and workloads and exit")
     args = p.parse_args(argv)
     try:
@@ -370,7 +373,7 @@ def print_report(rows: list[dict], args) -> None:
     print(f"fastfake {fastfake.__version__} | torch {torch.__version__} | size={args.size} | "
           f"repeat={args.repeat} | medians | transformers={'yes' if have_transformers() else 'no (built-in models)'}")
     hdr = ("model", "workload", "stock s", "fastfake s", "speedup", "fake share", "roofline",
-           "stock wall", "ff wall", "wall x", "graphs")
+           "stock wall", "ff wall", "wall x", "graphs", "check")
     table = []
     for r in rows:
         ds = r.get("dispatch_share") or {}
@@ -385,7 +388,8 @@ def print_report(rows: list[dict], args) -> None:
         table.append((r["model"], r["workload"], _fmt(r.get("stock_median_s")), _fmt(r.get("fastfake_median_s")),
                       sp, "-" if share is None else f"{100 * share:.0f}%", _fmt(roof, ".2f") + ("x" if roof else ""),
                       _fmt(r.get("stock_wall_median_s")), _fmt(r.get("fastfake_wall_median_s")),
-                      _fmt(r.get("wall_speedup"), ".2f") + ("x" if r.get("wall_speedup") else ""), g))
+                      _fmt(r.get("wall_speedup"), ".2f") + ("x" if r.get("wall_speedup") else ""), g,
+                      r.get("verdict", "-")))
     _print_table(hdr, table)
     _print_symbolic(rows)
     low = [r for r in rows if "lowering_ratio" in r]
@@ -434,6 +438,11 @@ def print_report(rows: list[dict], args) -> None:
             print(f"  stock    FakeTensorMode.__torch_dispatch__ time: {ds['fake_dispatch_s']:.4f}s of trace "
                   f"{ds['total_s']:.4f}s ({100 * ds['share']:.1f}%, {ds['outermost_calls']} outermost calls) "
                   f"-> roofline speedup {_fmt(ds['roofline_speedup'], '.2f')}x")
+        ns = r.get("never_slower")
+        if ns:
+            print(f"  never slower: fastfake median {ns['fastfake_median']:.3f} s vs limit {ns['limit']:.3f} s "
+                  f"(stock median {ns['stock_median']:.3f} s x (1 + noise {100 * ns['noise']:.1f}%)) -> "
+                  f"{r.get('verdict')}")
         for k, v in r["errors"].items():
             print(f"  ERROR [{k}]: {v.splitlines()[0][:300] if v else v}")
         if r.get("graph_diff"):
@@ -450,6 +459,9 @@ def print_report(rows: list[dict], args) -> None:
           "workload call, which for compile_* also runs the compiled graph once on real inputs. 'fake share' "
           "is the share of the stock trace time spent inside FakeTensorMode.__torch_dispatch__ (outermost "
           "calls) and 'roofline' = total / (total - fake time).")
+    print(f"check: never slower than stock -- FAIL when the fastfake median > stock median x (1 + max("
+          f"{100 * verdict.FLOOR:.0f}%, relative spread (max - min) / median of either implementation's "
+          "repetitions)); 'slower (allowed)' under --allow-slower.")
     print("TIMING: entire_frame_compile / backend_compile are dynamo's compile-time metrics "
           "(_compile.compile_inner / OutputGraph.call_user_compiler) for compile_* workloads; for the "
           "others entire_frame_compile is the wall time of the trace and backend_compile is 0. "
@@ -553,6 +565,7 @@ def main(argv=None) -> int:
         del model, inputs
     harness.set_impl("stock")
     wall = time.perf_counter() - t_start
+    verdict.check_rows(rows, allow_slower=args.allow_slower)
 
     print_report(rows, args)
     print(f"total benchmark wall time: {wall:.1f}s")
@@ -571,6 +584,8 @@ def main(argv=None) -> int:
             "inner": args.inner,
             "warm_signatures": args.warm_signatures,
             "warm_process": args.warm_process,
+            "allow_slower": args.allow_slower,
+            "never_slower_floor": verdict.FLOOR,
             "transformers": have_transformers(),
             "wall_s": wall,
         }
@@ -581,7 +596,15 @@ def main(argv=None) -> int:
         plot(rows, args.plot, f"fastfake vs stock, torch {torch.__version__}, size {args.size}: trace-time "
              "speedup (bars; black tick: FakeTensorMode roofline)")
 
+    return exit_status(rows, allow_slower=args.allow_slower)
+
+
+def exit_status(rows: list[dict], *, allow_slower: bool = False) -> int:
+    """1 if any row's graphs or outputs differ, fastfake raised where stock did not,
+    or (unless ``allow_slower``) a row failed the never-slower rule
+    (``verdict.check_rows`` marked it); else 0. Logs each reason."""
     rc = 0
+    slower = [r for r in rows if (r.get("never_slower") or {}).get("slower")]
     bad_graphs = [r for r in rows if r.get("graphs_identical") is False or r.get("outputs_identical") is False]
     fast_only = [r for r in rows if "fastfake" in r["errors"] and "stock" not in r["errors"]]
     both = [r for r in rows if "stock" in r["errors"] or "setup" in r["errors"]]
@@ -594,6 +617,14 @@ def main(argv=None) -> int:
     if both:
         _log(f"note: stock torch itself fails on: {', '.join(r['model'] + ' ' + r['workload'] for r in both)} "
              "(not counted as a fastfake failure)")
+    if slower:
+        what = ", ".join(f"{r['model']} {r['workload']} ({r['never_slower']['fastfake_median']:.3f} s > "
+                         f"{r['never_slower']['limit']:.3f} s)" for r in slower)
+        if allow_slower:
+            _log(f"WARNING: fastfake slower than stock beyond noise (allowed by --allow-slower): {what}")
+        else:
+            _log(f"FAIL: fastfake slower than stock beyond noise: {what}")
+            rc = 1
     return rc
 
 
