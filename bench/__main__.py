@@ -63,7 +63,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--models", default="all", help=f"comma-separated subset of: {', '.join(MODEL_NAMES)} (default all)")
     p.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS),
                    help=f"comma-separated subset of: {', '.join(WORKLOAD_NAMES)}, or 'all' "
-                        f"(default {','.join(DEFAULT_WORKLOADS)})")
+                        f"(default {','.join(DEFAULT_WORKLOADS)}). Every model x workload runs, "
+                        "model-free workloads once.")
     p.add_argument("--size", choices=SIZES, default="default", help="model size (default: default)")
     p.add_argument("--repeat", type=int, default=3, help="repetitions per implementation (default 3)")
     p.add_argument("--inner", type=int, default=5,
@@ -89,10 +90,14 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--list", action="store_true", help="list models and workloads and exit")
     args = p.parse_args(argv)
     try:
-        args.models = _csv(args.models, MODEL_NAMES, "model")
-        args.workloads = _csv(args.workloads, WORKLOAD_NAMES, "workload")
+        models = _csv(args.models, MODEL_NAMES, "model")
+        workloads = _csv(args.workloads, WORKLOAD_NAMES, "workload")
+        args.cells = [(m, w) for m in models for w in workloads if not WORKLOADS[w].model_free]
+        args.cells += [(None, w) for w in workloads if WORKLOADS[w].model_free]
     except argparse.ArgumentTypeError as e:
         p.error(str(e))
+    args.models = list(dict.fromkeys(m for m, _ in args.cells if m is not None))
+    args.workloads = list(dict.fromkeys(w for _, w in args.cells))
     if args.repeat < 1:
         p.error("--repeat must be >= 1")
     return args
@@ -160,8 +165,10 @@ class Progress:
 
 
 def run_cell(spec, model, inputs, wl, args, progress: Progress) -> dict:
-    name = f"{spec.name} {wl.name}"
-    row: dict = {"model": spec.name, "workload": wl.name, "errors": {}, "runs": {i: [] for i in harness.IMPLS}}
+    """One row timed in this process (``spec`` is None for a model-free workload)."""
+    mname = spec.name if spec is not None else MODEL_FREE
+    name = f"{mname} {wl.name}"
+    row: dict = {"model": mname, "workload": wl.name, "errors": {}, "runs": {i: [] for i in harness.IMPLS}}
     harness.set_impl("stock")
     try:
         run = wl(model, inputs, spec=spec, size=args.size)
@@ -295,8 +302,8 @@ def run_cell(spec, model, inputs, wl, args, progress: Progress) -> dict:
             try:
                 graphs[impl] = progress.step(
                     f"{name} {impl} graph capture",
-                    lambda: harness.capture_graphs(spec.name, wl.name, impl, size=args.size,
-                                                   model_and_inputs=(model, inputs)))
+                    lambda: harness.capture_graphs(spec.name if spec is not None else None, wl.name, impl,
+                                                   size=args.size, model_and_inputs=(model, inputs)))
             except Exception as e:
                 row["errors"][impl] = f"{type(e).__name__}: {str(e)[:500]}"
         if len(graphs) == 2:
@@ -340,6 +347,10 @@ def run_cell(spec, model, inputs, wl, args, progress: Progress) -> dict:
         row["stock_lowering_median_s"], row["fastfake_lowering_median_s"] = sl, fl
         row["lowering_ratio"] = sl / fl if sl and fl else None
     return row
+
+
+#: The model column of model-free workloads (bench/synthetic.py).
+MODEL_FREE = "-"
 
 
 def _steps_per_row(args, workload: str) -> int:
@@ -550,19 +561,27 @@ def main(argv=None) -> int:
     except Exception:
         pass
 
-    progress = Progress(len(args.models) * sum(_steps_per_row(args, w) for w in args.workloads))
+    progress = Progress(sum(_steps_per_row(args, w) for _, w in args.cells))
     t_start = time.perf_counter()
     _log("warming up (one tiny compile per implementation) ...")
     _warmup()
     rows = []
-    for mname in args.models:
+    built: tuple = (None, None, None)  # (model name, model, inputs): the last model built here
+    for mname, wname in args.cells:
+        wl = WORKLOADS[wname]
+        if mname is None:
+            rows.append(run_cell(None, None, None, wl, args, progress))
+            continue
         spec = MODELS[mname]
-        t0 = time.perf_counter()
-        model, inputs = spec.create(args.size)
-        _log(f"built {mname} ({args.size}, {spec.backend()}) in {time.perf_counter() - t0:.1f}s")
-        for wname in args.workloads:
-            rows.append(run_cell(spec, model, inputs, WORKLOADS[wname], args, progress))
-        del model, inputs
+        if built[0] != mname:
+            built = (None, None, None)
+            t0 = time.perf_counter()
+            model, inputs = spec.create(args.size)
+            built = (mname, model, inputs)
+            del model, inputs
+            _log(f"built {mname} ({args.size}, {spec.backend()}) in {time.perf_counter() - t0:.1f}s")
+        rows.append(run_cell(spec, built[1], built[2], wl, args, progress))
+    built = (None, None, None)
     harness.set_impl("stock")
     wall = time.perf_counter() - t_start
     verdict.check_rows(rows, allow_slower=args.allow_slower)
@@ -584,6 +603,7 @@ def main(argv=None) -> int:
             "inner": args.inner,
             "warm_signatures": args.warm_signatures,
             "warm_process": args.warm_process,
+            "cells": [[m or MODEL_FREE, w] for m, w in args.cells],
             "allow_slower": args.allow_slower,
             "never_slower_floor": verdict.FLOOR,
             "transformers": have_transformers(),

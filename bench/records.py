@@ -142,6 +142,9 @@ class Workload:
     # Runs in a fresh child process per repetition (bench.inductor): its timings,
     # counters and output code come from the child's report.
     subprocess: bool = False
+    # Builds its own program (bench/synthetic.py) and ignores the zoo model: one row,
+    # not one per model.
+    model_free: bool = False
 
     def __call__(self, model, inputs, *, spec=None, size: str = "default"):
         return self.factory(model, inputs, spec=spec, size=size)

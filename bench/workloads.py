@@ -22,6 +22,11 @@ make_fx_fake / make_fx_symbolic
     (parameters and buffers are graph inputs), under ``no_grad``.
 export
     ``torch.export.export(model, inputs, strict=False)``.
+export_data_dependent / symint_arith
+    Model-free (they ignore the zoo model and build their own program; one row per
+    run, not one per model): a data-dependent ``torch.export`` (``.item()``,
+    ``torch._check``, split / flip / cat) and ``make_fx(tracing_mode="symbolic")``
+    of views sized by SymInt arithmetic; see :mod:`bench.synthetic`.
 fake_tensor_prop / fake_tensor_prop_symbolic / export_prop
     Shape propagation over an existing FX graph (``FakeTensorProp``); see
     :mod:`bench.fake_prop`.
@@ -235,6 +240,7 @@ def fake_forward_real(model, inputs, *, spec=None, size="default"):
 
 
 from .fake_prop import export_prop, fake_tensor_prop, fake_tensor_prop_symbolic  # noqa: E402,I001
+from .synthetic import export_data_dependent, symint_arith  # noqa: E402
 from . import inductor as _inductor  # noqa: E402
 from .openxla import (  # noqa: E402  (they use the records above)
     XLA_WORKLOADS,
@@ -279,6 +285,12 @@ WORKLOADS: dict[str, Workload] = {
         Workload("make_fx_fake", make_fx_fake, doc='make_fx(tracing_mode="fake")'),
         Workload("make_fx_symbolic", make_fx_symbolic, doc='make_fx(tracing_mode="symbolic")'),
         Workload("export", export_workload, doc="torch.export.export(strict=False)"),
+        Workload("export_data_dependent", export_data_dependent, model_free=True,
+                 doc="model-free: torch.export of N x (128 .item() + torch._check, split, flip, cat); "
+                     "N=40 (small: 5)"),
+        Workload("symint_arith", symint_arith, model_free=True,
+                 doc='model-free: make_fx(tracing_mode="symbolic") of views/slices sized by SymInt '
+                     "arithmetic (s0*s1, //, %, sym_max); 60 blocks (small: 6)"),
         Workload("fake_tensor_prop", fake_tensor_prop,
                  doc="first FakeTensorProp over the make_fx(fake) aten graph, static fakes, fresh mode"),
         Workload("fake_tensor_prop_warm", fake_tensor_prop, warm=True,
