@@ -574,7 +574,7 @@ def print_report(rows: list[dict], args) -> None:
             if med is None:
                 continue
             t = r.get(f"{impl}_timing") or {}
-            efc = t.get("entire_frame_compile", med)
+            efc = t.get("entire_frame_compile", r.get(f"{impl}_trace_median_s", med))
             bc = t.get("backend_compile", 0.0)
             extra = "".join(f" {k}:{t[k]:.4f}" if k != "xla_compiles" and k != "xla_lowering_calls"
                             else f" {k}:{t[k]:.0f}" for k in TIMING_KEYS if k in t and k not in ("entire_frame_compile", "backend_compile"))

@@ -282,10 +282,12 @@ def install_cost(repeat: int = 5) -> dict:
                     if kind == "first":
                         shutil.rmtree(store, ignore_errors=True)
                 res[kind].append(r)
-                inst = r.get("install", {"cpu": 0.0, "wall": 0.0})
-                print(f"[{rep + 1}/{repeat}] {kind}: import torch {r['import_torch']['wall']:.2f} s, import fastfake "
-                      f"{r['import_fastfake']['wall']:.2f} s, install {inst['cpu']:.2f} s cpu / {inst['wall']:.2f} s wall"
-                      + (f" (self-test: {r.get('selftest')})" if kind != "stock" else ""), file=sys.stderr, flush=True)
+                line = (f"[{rep + 1}/{repeat}] {kind}: import torch {r['import_torch']['wall']:.2f} s, "
+                        f"import fastfake {r['import_fastfake']['wall']:.2f} s")
+                if "install" in r:
+                    line += (f", install {r['install']['cpu']:.2f} s cpu / {r['install']['wall']:.2f} s wall "
+                             f"(self-test: {r.get('selftest')})")
+                print(line, file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(filled, ignore_errors=True)
     return res

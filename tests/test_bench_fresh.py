@@ -103,3 +103,15 @@ def test_fresh_process_model_free_workloads(tmp_path):
     assert labels == ["export"]
     stats = rows["-", "export_data_dependent"]["runs"]["stock"][0]["stats"]
     assert stats[harness.FTM_COUNTER] > 5 * 128
+
+
+def test_install_cost_processes():
+    """--install-cost: a fresh process per kind; the fastfake ones read the
+    self-test result from the filled store, or run it with an empty one."""
+    from bench import fresh
+
+    res = fresh.install_cost(repeat=1)
+    (stock,), (disk,), (first,) = res["stock"], res["disk"], res["first"]
+    assert "install" not in stock and stock["import_torch"]["cpu"] > 0
+    assert disk["selftest"] == "disk" and first["selftest"] == "run"
+    assert disk["install"]["cpu"] > 0 and first["install"]["cpu"] > 0
