@@ -1,8 +1,16 @@
-"""Trace-time benchmark: stock FakeTensorMode vs fastfake, interleaved in one process.
+"""Trace-time benchmark: stock FakeTensorMode vs fastfake.
 
-    python -m bench                                   # all models; compile_static,
-                                                      # compile_dynamic, fake_forward
+First-trace workloads (compile_*, aot_function, make_fx_*, export and the
+model-free export_data_dependent / symint_arith) run each repetition in a fresh
+process (bench/fresh.py), stock and fastfake children interleaved, CPU-time
+medians, plus a "(2nd in process)" row; the other workloads (fake_forward, ...)
+are timed in this process, interleaved. A row where fastfake is slower than stock
+beyond the repetitions' noise fails the run (bench/verdict.py).
+
+    python -m bench                                   # default models and workloads
     python -m bench --size small --repeat 1
+    python -m bench --models all --workloads all      # everything
+    python -m bench --in-process                      # the single-process mode
     python -m bench --models bert,resnet --workloads make_fx_symbolic --check-graphs
     python -m bench --json out.json --plot out.png
 
@@ -24,9 +32,10 @@ import torch
 
 import fastfake
 
-from . import harness
-from .models import MODEL_NAMES, MODELS, SIZES, have_transformers
+from . import fresh, harness, verdict
+from .models import DEFAULT_MODELS, MODEL_NAMES, MODELS, SIZES, have_transformers
 from .workloads import (
+    DEFAULT_PLAN,
     DEFAULT_WORKLOADS,
     UNAVAILABLE_WORKLOADS,
     WORKLOAD_NAMES,
@@ -60,10 +69,15 @@ def parse_args(argv=None) -> argparse.Namespace:
         prog="python -m bench",
         description="Trace-time benchmark of stock torch FakeTensorMode vs fastfake (interleaved, medians).",
     )
-    p.add_argument("--models", default="all", help=f"comma-separated subset of: {', '.join(MODEL_NAMES)} (default all)")
-    p.add_argument("--workloads", default=",".join(DEFAULT_WORKLOADS),
+    p.add_argument("--models", default=None,
+                   help=f"comma-separated subset of: {', '.join(MODEL_NAMES)}, or 'all' "
+                        f"(with --workloads but without --models: {','.join(DEFAULT_MODELS)})")
+    p.add_argument("--workloads", default=None,
                    help=f"comma-separated subset of: {', '.join(WORKLOAD_NAMES)}, or 'all' "
-                        f"(default {','.join(DEFAULT_WORKLOADS)})")
+                        f"(with --models but without --workloads: {','.join(DEFAULT_WORKLOADS)}). "
+                        "Every model x workload runs, model-free workloads once. Without --models and "
+                        "--workloads: the default plan, "
+                        + ", ".join(f"{m or MODEL_FREE} {w}" for m, w in DEFAULT_PLAN))
     p.add_argument("--size", choices=SIZES, default="default", help="model size (default: default)")
     p.add_argument("--repeat", type=int, default=3, help="repetitions per implementation (default 3)")
     p.add_argument("--inner", type=int, default=5,
@@ -79,19 +93,37 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--warm-signatures", action="store_true",
                    help="keep fastfake's learned elementwise signatures between repetitions "
                         "(default: forget them, so every fastfake repetition is a cold first trace)")
+    p.add_argument("--in-process", action="store_true",
+                   help="time every workload in this one process, stock and fastfake interleaved "
+                        "(default: first-trace workloads run each repetition in a fresh process)")
+    p.add_argument("--no-second", dest="second", action="store_false",
+                   help="fresh-process rows: skip the second trace in the same process "
+                        "(the '(2nd in process)' rows)")
     p.add_argument("--warm-process", action="store_true",
-                   help="compile rows as a long-running process compiles again: one untimed "
-                        "compile per implementation first, then each repetition resets only "
-                        "Dynamo (stock's dispatch cache and what fastfake learned stay)")
+                   help="implies --in-process; compile rows as a long-running process compiles "
+                        "again: one untimed compile per implementation first, then each repetition "
+                        "resets only Dynamo (stock's dispatch cache and what fastfake learned stay)")
+    p.add_argument("--allow-slower", action="store_true",
+                   help="a row where fastfake is slower than stock beyond noise is a warning, "
+                        "not a failure (exit status 0)")
     p.add_argument("--list", action="store_true", help="list models and workloads and exit")
     args = p.parse_args(argv)
     try:
-        args.models = _csv(args.models, MODEL_NAMES, "model")
-        args.workloads = _csv(args.workloads, WORKLOAD_NAMES, "workload")
+        if args.models is None and args.workloads is None:
+            args.cells = list(DEFAULT_PLAN)
+        else:
+            models = _csv(args.models or ",".join(DEFAULT_MODELS), MODEL_NAMES, "model")
+            workloads = _csv(args.workloads or ",".join(DEFAULT_WORKLOADS), WORKLOAD_NAMES, "workload")
+            args.cells = [(m, w) for m in models for w in workloads if not WORKLOADS[w].model_free]
+            args.cells += [(None, w) for w in workloads if WORKLOADS[w].model_free]
     except argparse.ArgumentTypeError as e:
         p.error(str(e))
+    args.models = list(dict.fromkeys(m for m, _ in args.cells if m is not None))
+    args.workloads = list(dict.fromkeys(w for _, w in args.cells))
     if args.repeat < 1:
         p.error("--repeat must be >= 1")
+    if args.warm_process:
+        args.in_process = True
     return args
 
 
@@ -155,10 +187,18 @@ class Progress:
         _log(f"{prefix} {time.perf_counter() - t0:.1f}s")
         return out
 
+    def note(self, msg: str) -> None:
+        """One step done elsewhere (a child process): its line."""
+        self.i += 1
+        _log(f"[{self.i}/{self.total}] {msg}")
+
 
 def run_cell(spec, model, inputs, wl, args, progress: Progress) -> dict:
-    name = f"{spec.name} {wl.name}"
-    row: dict = {"model": spec.name, "workload": wl.name, "errors": {}, "runs": {i: [] for i in harness.IMPLS}}
+    """One row timed in this process (``spec`` is None for a model-free workload)."""
+    mname = spec.name if spec is not None else MODEL_FREE
+    name = f"{mname} {wl.name}"
+    row: dict = {"model": mname, "workload": wl.name, "mode": "in-process", "metric": "trace", "errors": {},
+                 "runs": {i: [] for i in harness.IMPLS}}
     harness.set_impl("stock")
     try:
         run = wl(model, inputs, spec=spec, size=args.size)
@@ -292,8 +332,8 @@ def run_cell(spec, model, inputs, wl, args, progress: Progress) -> dict:
             try:
                 graphs[impl] = progress.step(
                     f"{name} {impl} graph capture",
-                    lambda: harness.capture_graphs(spec.name, wl.name, impl, size=args.size,
-                                                   model_and_inputs=(model, inputs)))
+                    lambda: harness.capture_graphs(spec.name if spec is not None else None, wl.name, impl,
+                                                   size=args.size, model_and_inputs=(model, inputs)))
             except Exception as e:
                 row["errors"][impl] = f"{type(e).__name__}: {str(e)[:500]}"
         if len(graphs) == 2:
@@ -316,11 +356,18 @@ def run_cell(spec, model, inputs, wl, args, progress: Progress) -> dict:
                     _log(f"OUTPUT MISMATCH {name}:\n{dv}")
     harness.set_impl("stock")
     harness.release(run)
+    return finish_row(row)
 
+
+def finish_row(row: dict) -> dict:
+    """Medians and ratios of a row from its repetitions (``row["runs"]``)."""
     for impl in harness.IMPLS:
         runs = row["runs"][impl]
         row[f"{impl}_median_s"] = _median([r["seconds"] for r in runs])
         row[f"{impl}_wall_median_s"] = _median([r["wall"] for r in runs])
+        for key in ("cpu", "trace"):
+            if runs and all(key in r for r in runs):
+                row[f"{impl}_{key}_median_s"] = _median([r[key] for r in runs])
         t = {}
         for key in TIMING_KEYS:
             vals = [r["timing"][key] for r in runs if key in r["timing"]]
@@ -342,8 +389,120 @@ def run_cell(spec, model, inputs, wl, args, progress: Progress) -> dict:
 def _steps_per_row(args, workload: str) -> int:
     """Progress steps of one (model, workload) row."""
     extra = 0 if args.no_dispatch_share else 1 + (workload in harness.SYMBOLIC_WORKLOADS)
+    if _is_fresh(args, workload):  # the graphs are captured by the timed children
+        return 2 * args.repeat + extra
     checks = 2 if args.check_graphs and not WORKLOADS[workload].subprocess else 0
     return 2 * args.repeat + extra + checks
+
+
+#: The model column of model-free workloads (bench/synthetic.py).
+MODEL_FREE = "-"
+SECOND = " (2nd in process)"
+
+
+def _is_fresh(args, workload: str) -> bool:
+    return not args.in_process and WORKLOADS[workload].fresh
+
+
+def run_fresh(model_name: str, wl, args, progress: Progress, store: str) -> list[dict]:
+    """A fresh-process row (and its second-compile row): each repetition one child
+    per implementation, stock and fastfake interleaved; then, unless
+    --no-dispatch-share, one stock child timing FakeTensorMode.__torch_dispatch__
+    and, for symbolic workloads, one fastfake child timing SymNode arithmetic."""
+    name = f"{model_name} {wl.name}"
+
+    def new_row(workload: str, mode: str) -> dict:
+        return {"model": model_name, "workload": workload, "mode": mode, "metric": "cpu", "errors": {},
+                "runs": {i: [] for i in harness.IMPLS}}
+
+    row = new_row(wl.name, "fresh")
+    second = new_row(wl.name + SECOND, "fresh-second") if args.second else None
+    graphs: dict[str, list] = {i: [] for i in harness.IMPLS}
+
+    def child(impl: str, **kw) -> dict:
+        return fresh.run_child(model_name, wl.name, impl, size=args.size, store=store,
+                               warm_signatures=args.warm_signatures, **kw)
+
+    for rep in range(args.repeat):
+        for impl in harness.IMPLS:
+            label = f"{name} {impl} rep {rep + 1}"
+            if impl in row["errors"]:
+                progress.note(f"{label}: skipped ({impl} failed before)")
+                continue
+            try:
+                r = child(impl, second=args.second, capture=args.check_graphs)
+            except Exception as e:
+                row["errors"][impl] = f"{type(e).__name__}: {str(e)[-1500:]}"
+                progress.note(f"{label}: FAILED: {str(e).splitlines()[0][:200]}")
+                continue
+            row["runs"][impl].append(fresh.run_entry(r, "first"))
+            if "graphs" in r["first"]:
+                graphs[impl].append(fresh.graph_records(r["first"]["graphs"]))
+            msg = f"{label}: {r['first']['cpu']:.1f} s cpu"
+            if second is not None and "second" in r:
+                second["runs"][impl].append(fresh.run_entry(r, "second"))
+                msg += f" (2nd in process {r['second']['cpu']:.1f} s cpu)"
+            progress.note(msg + f"; process {r['process_wall']:.0f} s wall")
+
+    if not args.no_dispatch_share:
+        if "stock" in row["errors"]:
+            progress.note(f"{name} stock dispatch-share child: skipped")
+        else:
+            try:
+                r = child("stock", second=False, fake_share=True)["first"]
+                total = r["trace"]
+                fake = r["fake_dispatch_s"]
+                row["dispatch_share"] = {
+                    "total_s": total, "fake_dispatch_s": fake, "outermost_calls": r["fake_calls"],
+                    "share": fake / total if total else None,
+                    "roofline_speedup": total / (total - fake) if total > fake else None,
+                }
+                progress.note(f"{name} stock dispatch-share child: {fake:.1f} s of {total:.1f} s in "
+                              "FakeTensorMode.__torch_dispatch__")
+            except Exception as e:
+                row["errors"]["dispatch_share"] = f"{type(e).__name__}: {str(e)[-1500:]}"
+                progress.note(f"{name} stock dispatch-share child: FAILED")
+        if wl.name in harness.SYMBOLIC_WORKLOADS:
+            if "fastfake" in row["errors"]:
+                progress.note(f"{name} fastfake SymNode-arithmetic child: skipped")
+            else:
+                try:
+                    r = child("fastfake", second=False, symnode=True)["first"]
+                    runs = row["runs"]["fastfake"]
+                    total = r["trace"]
+                    row["symbolic_remains"] = {
+                        "total_s": total, "symnode_s": r["symnode_s"], "symnode_calls": r["symnode_calls"],
+                        "symnode_share": r["symnode_s"] / total if total else None,
+                        "stock_calls": runs[-1]["stats"].get("dispatch.stock", 0) if runs else None,
+                        "stock_ops": r["stock_ops"],
+                    }
+                    progress.note(f"{name} fastfake SymNode-arithmetic child: {r['symnode_s']:.1f} s")
+                except Exception as e:
+                    row["errors"]["symnode_share"] = f"{type(e).__name__}: {str(e)[-1500:]}"
+                    progress.note(f"{name} fastfake SymNode-arithmetic child: FAILED")
+
+    if args.check_graphs and graphs["stock"] and graphs["fastfake"]:
+        from .workloads import diff_graphs
+
+        ref = graphs["stock"][0]
+        row["graph_labels"] = [g.label for g in ref]
+        diffs = [diff_graphs(ref, g) for g in graphs["fastfake"]]
+        diffs = [d for d in diffs if d]
+        row["graphs_identical"] = not diffs and any(g.meta for g in ref)
+        if diffs:
+            row["graph_diff"] = diffs[0]
+            _log(f"GRAPH MISMATCH {name}:\n{diffs[0]}")
+        elif not any(g.meta for g in ref):
+            row["graph_diff"] = "no graph was captured"
+        stock_diffs = [d for d in (diff_graphs(ref, g, ("stock rep 1", "stock")) for g in graphs["stock"][1:]) if d]
+        if stock_diffs:  # stock itself traced differently in two fresh processes
+            row["stock_graphs_reproducible"] = False
+            _log(f"note: stock's own graphs differ between processes for {name}:\n{stock_diffs[0]}")
+    out = [finish_row(row)]
+    if second is not None:
+        second["errors"] = {k: v for k, v in row["errors"].items() if k in harness.IMPLS}
+        out.append(finish_row(second))
+    return out
 
 
 def _print_symbolic(rows: list[dict]) -> None:
@@ -369,8 +528,8 @@ def print_report(rows: list[dict], args) -> None:
     print()
     print(f"fastfake {fastfake.__version__} | torch {torch.__version__} | size={args.size} | "
           f"repeat={args.repeat} | medians | transformers={'yes' if have_transformers() else 'no (built-in models)'}")
-    hdr = ("model", "workload", "stock s", "fastfake s", "speedup", "fake share", "roofline",
-           "stock wall", "ff wall", "wall x", "graphs")
+    hdr = ("model", "workload", "time", "stock s", "fastfake s", "speedup", "fake share", "roofline",
+           "stock wall", "ff wall", "wall x", "graphs", "check")
     table = []
     for r in rows:
         ds = r.get("dispatch_share") or {}
@@ -382,10 +541,12 @@ def print_report(rows: list[dict], args) -> None:
             sp = _fmt(r.get("speedup"), ".2f") + ("x" if r.get("speedup") else "")
         g = "-" if "graphs_identical" not in r else (
             "same" if r["graphs_identical"] and r.get("outputs_identical", True) else "DIFF")
-        table.append((r["model"], r["workload"], _fmt(r.get("stock_median_s")), _fmt(r.get("fastfake_median_s")),
+        table.append((r["model"], r["workload"], r.get("metric", "trace"), _fmt(r.get("stock_median_s")),
+                      _fmt(r.get("fastfake_median_s")),
                       sp, "-" if share is None else f"{100 * share:.0f}%", _fmt(roof, ".2f") + ("x" if roof else ""),
                       _fmt(r.get("stock_wall_median_s")), _fmt(r.get("fastfake_wall_median_s")),
-                      _fmt(r.get("wall_speedup"), ".2f") + ("x" if r.get("wall_speedup") else ""), g))
+                      _fmt(r.get("wall_speedup"), ".2f") + ("x" if r.get("wall_speedup") else ""), g,
+                      r.get("verdict", "-")))
     _print_table(hdr, table)
     _print_symbolic(rows)
     low = [r for r in rows if "lowering_ratio" in r]
@@ -413,11 +574,27 @@ def print_report(rows: list[dict], args) -> None:
             if med is None:
                 continue
             t = r.get(f"{impl}_timing") or {}
-            efc = t.get("entire_frame_compile", med)
+            efc = t.get("entire_frame_compile", r.get(f"{impl}_trace_median_s", med))
             bc = t.get("backend_compile", 0.0)
             extra = "".join(f" {k}:{t[k]:.4f}" if k != "xla_compiles" and k != "xla_lowering_calls"
                             else f" {k}:{t[k]:.0f}" for k in TIMING_KEYS if k in t and k not in ("entire_frame_compile", "backend_compile"))
             print(f"  {impl:8s} TIMING: entire_frame_compile:{efc:.4f} backend_compile:{bc:.4f}{extra}")
+            runs = r["runs"][impl]
+            if r.get("metric") == "cpu":
+                print(f"  {impl:8s} CPU s per repetition: " + ", ".join(f"{x['cpu']:.3f}" for x in runs)
+                      + " | wall: " + ", ".join(f"{x['wall']:.3f}" for x in runs)
+                      + f" | trace (entire_frame_compile or wall) median {_fmt(r.get(f'{impl}_trace_median_s'))}")
+                costs = [x.get("child") or {} for x in runs]
+                parts = []
+                for key in ("import_torch", "import_fastfake", "install", "warmup", "build"):
+                    vals = [c[key]["cpu"] for c in costs if key in c]
+                    if vals:
+                        parts.append(f"{key} {_median(vals):.2f}")
+                vals = [c["process_wall"] for c in costs if "process_wall" in c]
+                if vals:
+                    parts.append(f"whole process {_median(vals):.1f} wall")
+                if parts:
+                    print(f"  {impl:8s} CHILD (median s cpu): " + " | ".join(parts))
             print(f"  {impl:8s} {harness.stats_line(r.get(f'{impl}_stats') or {})}")
             caches = (r.get(f"{impl}_stats") or {}).get("caches")
             if caches is not None:
@@ -434,6 +611,11 @@ def print_report(rows: list[dict], args) -> None:
             print(f"  stock    FakeTensorMode.__torch_dispatch__ time: {ds['fake_dispatch_s']:.4f}s of trace "
                   f"{ds['total_s']:.4f}s ({100 * ds['share']:.1f}%, {ds['outermost_calls']} outermost calls) "
                   f"-> roofline speedup {_fmt(ds['roofline_speedup'], '.2f')}x")
+        ns = r.get("never_slower")
+        if ns:
+            print(f"  never slower: fastfake median {ns['fastfake_median']:.3f} s vs limit {ns['limit']:.3f} s "
+                  f"(stock median {ns['stock_median']:.3f} s x (1 + noise {100 * ns['noise']:.1f}%)) -> "
+                  f"{r.get('verdict')}")
         for k, v in r["errors"].items():
             print(f"  ERROR [{k}]: {v.splitlines()[0][:300] if v else v}")
         if r.get("graph_diff"):
@@ -445,11 +627,23 @@ def print_report(rows: list[dict], args) -> None:
                   + ("bitwise identical (torch.equal, dtype, shape, SHA-256 of the bytes)" if r["outputs_identical"]
                      else "DIFFER: " + r.get("outputs_diff", "")))
     print()
-    print("Times are medians. 'stock s' / 'fastfake s' are trace times: dynamo's entire_frame_compile for "
-          "compile_* workloads, the wall time otherwise; 'wall' columns are the wall time of the whole "
-          "workload call, which for compile_* also runs the compiled graph once on real inputs. 'fake share' "
-          "is the share of the stock trace time spent inside FakeTensorMode.__torch_dispatch__ (outermost "
-          "calls) and 'roofline' = total / (total - fake time).")
+    if any(r.get("metric") == "cpu" for r in rows):
+        print("time 'cpu' rows (fresh processes): each repetition is a new process (import torch, install "
+              "fastfake, a tiny warm-up trace of the same kind, caches emptied, model built untimed); 'stock s' / "
+              "'fastfake s' are medians of the CPU seconds (time.process_time) of the first trace, which for "
+              "compile_* includes running the compiled graph once; 'wall' columns the same call's wall time. "
+              "'(2nd in process)': the same trace again in that process after torch._dynamo.reset() and "
+              "FakeTensorMode.cache_clear(). Stock and fastfake children interleaved.")
+    if any(r.get("metric", "trace") == "trace" for r in rows):
+        print("time 'trace' rows (this process): 'stock s' / 'fastfake s' are medians of trace times: dynamo's "
+              "entire_frame_compile for compile_* workloads, the wall time otherwise; 'wall' columns are the wall "
+              "time of the whole workload call, which for compile_* also runs the compiled graph once on real "
+              "inputs.")
+    print("'fake share' is the share of the stock trace time spent inside FakeTensorMode.__torch_dispatch__ "
+          "(outermost calls, one extra stock run) and 'roofline' = total / (total - fake time).")
+    print(f"check: never slower than stock -- FAIL when the fastfake median > stock median x (1 + max("
+          f"{100 * verdict.FLOOR:.0f}%, relative spread (max - min) / median of either implementation's "
+          "repetitions)); 'slower (allowed)' under --allow-slower.")
     print("TIMING: entire_frame_compile / backend_compile are dynamo's compile-time metrics "
           "(_compile.compile_inner / OutputGraph.call_user_compiler) for compile_* workloads; for the "
           "others entire_frame_compile is the wall time of the trace and backend_compile is 0. "
@@ -529,6 +723,8 @@ def main(argv=None) -> int:
             print(f"workload {n:18s} {WORKLOADS[n].doc}")
         for n, why in UNAVAILABLE_WORKLOADS.items():
             print(f"workload {n:18s} (unavailable: {why})")
+        print("default plan (no --models, no --workloads): "
+              + ", ".join(f"{m or MODEL_FREE} {w}" for m, w in DEFAULT_PLAN))
         return 0
     warnings.filterwarnings("ignore", message=".*doesn't take boxed arguments.*")
     try:
@@ -538,21 +734,44 @@ def main(argv=None) -> int:
     except Exception:
         pass
 
-    progress = Progress(len(args.models) * sum(_steps_per_row(args, w) for w in args.workloads))
+    progress = Progress(sum(_steps_per_row(args, w) for _, w in args.cells))
     t_start = time.perf_counter()
-    _log("warming up (one tiny compile per implementation) ...")
-    _warmup()
+    if any(not _is_fresh(args, w) for w in args.workloads):
+        _log("warming up (one tiny compile per implementation) ...")
+        _warmup()
+    store = None
+    if any(_is_fresh(args, w) for w in args.workloads):
+        _log("fresh-process rows: one install() fills the self-test store the children read ...")
+        store = fresh.make_store()
     rows = []
-    for mname in args.models:
-        spec = MODELS[mname]
-        t0 = time.perf_counter()
-        model, inputs = spec.create(args.size)
-        _log(f"built {mname} ({args.size}, {spec.backend()}) in {time.perf_counter() - t0:.1f}s")
-        for wname in args.workloads:
-            rows.append(run_cell(spec, model, inputs, WORKLOADS[wname], args, progress))
-        del model, inputs
+    built: tuple = (None, None, None)  # (model name, model, inputs): the last model built here
+    try:
+        for mname, wname in args.cells:
+            wl = WORKLOADS[wname]
+            if _is_fresh(args, wname):
+                rows.extend(run_fresh(mname or MODEL_FREE, wl, args, progress, store))
+                continue
+            if mname is None:
+                rows.append(run_cell(None, None, None, wl, args, progress))
+                continue
+            spec = MODELS[mname]
+            if built[0] != mname:
+                built = (None, None, None)
+                t0 = time.perf_counter()
+                model, inputs = spec.create(args.size)
+                built = (mname, model, inputs)
+                del model, inputs
+                _log(f"built {mname} ({args.size}, {spec.backend()}) in {time.perf_counter() - t0:.1f}s")
+            rows.append(run_cell(spec, built[1], built[2], wl, args, progress))
+        built = (None, None, None)
+    finally:
+        if store is not None:
+            import shutil
+
+            shutil.rmtree(store, ignore_errors=True)
     harness.set_impl("stock")
     wall = time.perf_counter() - t_start
+    verdict.check_rows(rows, allow_slower=args.allow_slower)
 
     print_report(rows, args)
     print(f"total benchmark wall time: {wall:.1f}s")
@@ -571,6 +790,11 @@ def main(argv=None) -> int:
             "inner": args.inner,
             "warm_signatures": args.warm_signatures,
             "warm_process": args.warm_process,
+            "mode": "in-process" if args.in_process else "fresh",
+            "second": args.second,
+            "allow_slower": args.allow_slower,
+            "never_slower_floor": verdict.FLOOR,
+            "cells": [[m or MODEL_FREE, w] for m, w in args.cells],
             "transformers": have_transformers(),
             "wall_s": wall,
         }
@@ -581,7 +805,15 @@ def main(argv=None) -> int:
         plot(rows, args.plot, f"fastfake vs stock, torch {torch.__version__}, size {args.size}: trace-time "
              "speedup (bars; black tick: FakeTensorMode roofline)")
 
+    return exit_status(rows, allow_slower=args.allow_slower)
+
+
+def exit_status(rows: list[dict], *, allow_slower: bool = False) -> int:
+    """1 if any row's graphs or outputs differ, fastfake raised where stock did not,
+    or (unless ``allow_slower``) a row failed the never-slower rule
+    (``verdict.check_rows`` marked it); else 0. Logs each reason."""
     rc = 0
+    slower = [r for r in rows if (r.get("never_slower") or {}).get("slower")]
     bad_graphs = [r for r in rows if r.get("graphs_identical") is False or r.get("outputs_identical") is False]
     fast_only = [r for r in rows if "fastfake" in r["errors"] and "stock" not in r["errors"]]
     both = [r for r in rows if "stock" in r["errors"] or "setup" in r["errors"]]
@@ -594,6 +826,14 @@ def main(argv=None) -> int:
     if both:
         _log(f"note: stock torch itself fails on: {', '.join(r['model'] + ' ' + r['workload'] for r in both)} "
              "(not counted as a fastfake failure)")
+    if slower:
+        what = ", ".join(f"{r['model']} {r['workload']} ({r['never_slower']['fastfake_median']:.3f} s > "
+                         f"{r['never_slower']['limit']:.3f} s)" for r in slower)
+        if allow_slower:
+            _log(f"WARNING: fastfake slower than stock beyond noise (allowed by --allow-slower): {what}")
+        else:
+            _log(f"FAIL: fastfake slower than stock beyond noise: {what}")
+            rc = 1
     return rc
 
 

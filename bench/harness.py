@@ -156,7 +156,7 @@ from .timers import DispatchTimer, SymNodeTimer  # noqa: E402,F401
 
 #: Workloads whose rows also report what remains under fastfake with symbolic
 #: shapes (SymNode arithmetic share, calls still handed to stock).
-SYMBOLIC_WORKLOADS = ("compile_dynamic", "compile_train_dynamic", "make_fx_symbolic")
+SYMBOLIC_WORKLOADS = ("compile_dynamic", "compile_train_dynamic", "make_fx_symbolic", "symint_arith")
 
 
 @dataclass
@@ -224,10 +224,14 @@ def timed_run(run, *, warm: bool, inner: int = 1, cold_fastfake: bool = True,
 
 def capture_graphs(spec_name: str, workload_name: str, impl: str, *, size: str = "small",
                    model_and_inputs: tuple | None = None) -> list[_workloads.GraphRecord]:
-    """Run one workload with graph capture under ``impl`` from a fresh state."""
-    spec = _models.get(spec_name)
+    """Run one workload with graph capture under ``impl`` from a fresh state
+    (``spec_name`` None for a model-free workload)."""
     wl = _workloads.get(workload_name)
-    model, inputs = model_and_inputs if model_and_inputs is not None else spec.create(size)
+    spec = None if spec_name is None or wl.model_free else _models.get(spec_name)
+    if spec is None:
+        model, inputs = None, None
+    else:
+        model, inputs = model_and_inputs if model_and_inputs is not None else spec.create(size)
     prev = fastfake.is_installed()
     set_impl("stock")
     run = wl(model, inputs, spec=spec, size=size)  # fake_forward builds its model under stock
@@ -244,7 +248,9 @@ def check_graphs(spec_name: str, workload_name: str, *, size: str = "small",
                  model_and_inputs: tuple | None = None) -> str:
     """'' if the workload produces identical FX graphs (code + node val metadata)
     with and without fastfake, else a description of the first difference."""
-    mi = model_and_inputs if model_and_inputs is not None else _models.get(spec_name).create(size)
+    mi = model_and_inputs
+    if mi is None and spec_name is not None and not _workloads.get(workload_name).model_free:
+        mi = _models.get(spec_name).create(size)
     stock = capture_graphs(spec_name, workload_name, "stock", size=size, model_and_inputs=mi)
     fast = capture_graphs(spec_name, workload_name, "fastfake", size=size, model_and_inputs=mi)
     return _workloads.diff_graphs(stock, fast)

@@ -571,6 +571,9 @@ _register(
 )
 
 MODEL_NAMES: tuple[str, ...] = tuple(MODELS)
+#: What ``python -m bench`` runs without --models (bench/README.md): BERT-, GPT-2-,
+#: T5- and Llama-style transformers; ``--models all`` adds the convnets and ViT.
+DEFAULT_MODELS: tuple[str, ...] = ("bert", "gpt2", "t5", "llama")
 
 
 def get(name: str) -> ModelSpec:

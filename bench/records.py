@@ -142,6 +142,16 @@ class Workload:
     # Runs in a fresh child process per repetition (bench.inductor): its timings,
     # counters and output code come from the child's report.
     subprocess: bool = False
+    # A first trace users pay once per process (compile_*, aot_function, make_fx_*,
+    # export, ...): by default each repetition runs in a fresh process of its own
+    # (bench/fresh.py), plus a row for a second trace in that process.
+    fresh: bool = False
+    # Builds its own program (bench/synthetic.py) and ignores the zoo model: one row,
+    # not one per model.
+    model_free: bool = False
+    # The workload whose run on a tiny module warms a fresh child up before the
+    # timed trace ("" = this one).
+    warmup: str = ""
 
     def __call__(self, model, inputs, *, spec=None, size: str = "default"):
         return self.factory(model, inputs, spec=spec, size=size)

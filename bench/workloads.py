@@ -22,6 +22,11 @@ make_fx_fake / make_fx_symbolic
     (parameters and buffers are graph inputs), under ``no_grad``.
 export
     ``torch.export.export(model, inputs, strict=False)``.
+export_data_dependent / symint_arith
+    Model-free (they ignore the zoo model and build their own program; one row per
+    run, not one per model): a data-dependent ``torch.export`` (``.item()``,
+    ``torch._check``, split / flip / cat) and ``make_fx(tracing_mode="symbolic")``
+    of views sized by SymInt arithmetic; see :mod:`bench.synthetic`.
 fake_tensor_prop / fake_tensor_prop_symbolic / export_prop
     Shape propagation over an existing FX graph (``FakeTensorProp``); see
     :mod:`bench.fake_prop`.
@@ -42,6 +47,10 @@ compile_openxla / compile_openxla_train (only where torch_xla runs: torch_xla 2.
     separately (:func:`backend_times`); torch_xla's computation cache is emptied
     before each repetition (``run.fresh_state``). Capture records the dynamo graphs,
     the graphs handed to the bridge and the real outputs (plus gradients) on the CPU.
+
+``Workload.fresh`` marks the first-trace workloads the CLI runs in a fresh process
+per repetition (:mod:`bench.fresh`): compile_*, aot_function, make_fx_*, export and
+the two model-free ones.
 
 ``Workload.warm`` is False for every workload except ``fake_forward``: the runner
 clears torch's fake-tensor cache (and ``torch._dynamo.reset()``, and the backend's
@@ -235,6 +244,7 @@ def fake_forward_real(model, inputs, *, spec=None, size="default"):
 
 
 from .fake_prop import export_prop, fake_tensor_prop, fake_tensor_prop_symbolic  # noqa: E402,I001
+from .synthetic import export_data_dependent, symint_arith  # noqa: E402
 from . import inductor as _inductor  # noqa: E402
 from .openxla import (  # noqa: E402  (they use the records above)
     XLA_WORKLOADS,
@@ -267,18 +277,24 @@ def child_report() -> dict:
 WORKLOADS: dict[str, Workload] = {
     w.name: w
     for w in (
-        Workload("compile_static", compile_static, uses_dynamo=True,
+        Workload("compile_static", compile_static, uses_dynamo=True, fresh=True,
                  doc='torch.compile(backend="aot_eager", dynamic=False), inference'),
-        Workload("compile_dynamic", compile_dynamic, uses_dynamo=True,
+        Workload("compile_dynamic", compile_dynamic, uses_dynamo=True, fresh=True,
                  doc='torch.compile(backend="aot_eager", dynamic=True), inference'),
-        Workload("compile_train", compile_train, uses_dynamo=True,
+        Workload("compile_train", compile_train, uses_dynamo=True, fresh=True,
                  doc='torch.compile(backend="aot_eager"), forward + backward'),
-        Workload("compile_train_dynamic", compile_train_dynamic, uses_dynamo=True,
+        Workload("compile_train_dynamic", compile_train_dynamic, uses_dynamo=True, fresh=True,
                  doc='torch.compile(backend="aot_eager", dynamic=True), forward + backward'),
-        Workload("aot_function", aot_function_workload, doc="aot_function with nop compilers, fw + bw"),
-        Workload("make_fx_fake", make_fx_fake, doc='make_fx(tracing_mode="fake")'),
-        Workload("make_fx_symbolic", make_fx_symbolic, doc='make_fx(tracing_mode="symbolic")'),
-        Workload("export", export_workload, doc="torch.export.export(strict=False)"),
+        Workload("aot_function", aot_function_workload, fresh=True, doc="aot_function with nop compilers, fw + bw"),
+        Workload("make_fx_fake", make_fx_fake, fresh=True, doc='make_fx(tracing_mode="fake")'),
+        Workload("make_fx_symbolic", make_fx_symbolic, fresh=True, doc='make_fx(tracing_mode="symbolic")'),
+        Workload("export", export_workload, fresh=True, doc="torch.export.export(strict=False)"),
+        Workload("export_data_dependent", export_data_dependent, fresh=True, model_free=True, warmup="export",
+                 doc="model-free: torch.export of N x (128 .item() + torch._check, split, flip, cat); "
+                     "N=40 (small: 5)"),
+        Workload("symint_arith", symint_arith, fresh=True, model_free=True, warmup="make_fx_symbolic",
+                 doc='model-free: make_fx(tracing_mode="symbolic") of views/slices sized by SymInt '
+                     "arithmetic (s0*s1, //, %, sym_max); 60 blocks (small: 6)"),
         Workload("fake_tensor_prop", fake_tensor_prop,
                  doc="first FakeTensorProp over the make_fx(fake) aten graph, static fakes, fresh mode"),
         Workload("fake_tensor_prop_warm", fake_tensor_prop, warm=True,
@@ -308,7 +324,22 @@ for _w in XLA_WORKLOADS:
 del _w
 
 WORKLOAD_NAMES: tuple[str, ...] = tuple(WORKLOADS)
-DEFAULT_WORKLOADS: tuple[str, ...] = ("compile_static", "compile_dynamic", "fake_forward", "fake_forward_real")
+#: With --models but without --workloads.
+DEFAULT_WORKLOADS: tuple[str, ...] = ("compile_static", "compile_dynamic", "compile_train_dynamic", "fake_forward",
+                                      "fake_forward_real")
+
+#: ``python -m bench`` / ``scripts/bench`` without --models and --workloads: (model,
+#: workload) pairs, model None for a model-free workload. BERT-, GPT-2-, T5- and
+#: Llama-style dynamic inference and training compiles, static compiles of two of
+#: them, warm fake forwards, symint_arith: ~45 min at --repeat 3 on 2 cores
+#: (bench/README.md). ``--models all --workloads all`` runs everything.
+DEFAULT_PLAN: tuple[tuple[str | None, str], ...] = (
+    ("bert", "compile_static"),
+    *((m, w) for m in ("bert", "gpt2", "t5", "llama")
+      for w in ("compile_dynamic", "compile_train_dynamic", "fake_forward", "fake_forward_real")),
+    ("llama", "compile_static"),
+    (None, "symint_arith"),
+)
 
 
 def get(name: str) -> Workload:
@@ -332,6 +363,7 @@ __all__ = [
     "record_values",
     "reset_backend_times",
     "setup_torch_xla",
+    "DEFAULT_PLAN",
     "DEFAULT_WORKLOADS",
     "Workload",
     "diff_graphs",

@@ -117,6 +117,7 @@ def test_warm_process_cli_compiles_again_with_what_it_learned(tmp_path):
     data = json.loads(out.read_text())
     row = data["rows"][0]
     assert data["meta"]["warm_process"] is True, data["meta"]
+    assert data["meta"]["mode"] == "in-process" and row["mode"] == "in-process"  # --warm-process implies it
     assert row["graphs_identical"] is True, row.get("graph_diff")
     stats = row["runs"]["fastfake"][0]["stats"]
     if _compat.shape_env_counts_replacements() and _compat.portable_entries_known():
