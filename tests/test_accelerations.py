@@ -73,7 +73,7 @@ def test_fastfake_disable_turns_one_off_with_what_needs_it(monkeypatch, name):
     assert _install.decisions() is None
 
 
-def test_hooks_patch_and_restore():
+def test_hooks_patch_and_restore(monkeypatch):
     from torch.fx.experimental import proxy_tensor
     from torch.fx.experimental.sym_node import SymNode
 
@@ -86,16 +86,10 @@ def test_hooks_patch_and_restore():
     assert proxy_tensor.fast_detach is stock_detach
     assert SymNode.__dict__["expr"] is stock_expr
     # switched off by name: stock's object stays in place
-    import os
-
-    os.environ["FASTFAKE_DISABLE"] = "detach,symnode_expr"
-    try:
-        fastfake.install()
-        assert proxy_tensor.fast_detach is stock_detach
-        assert SymNode.__dict__["expr"] is stock_expr
-    finally:
-        del os.environ["FASTFAKE_DISABLE"]
-        fastfake.uninstall()
+    monkeypatch.setenv("FASTFAKE_DISABLE", "detach,symnode_expr")
+    fastfake.install()
+    assert proxy_tensor.fast_detach is stock_detach
+    assert SymNode.__dict__["expr"] is stock_expr
 
 
 def test_an_alias_and_a_legacy_variable_switch_off(monkeypatch, caplog):

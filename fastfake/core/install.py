@@ -52,7 +52,7 @@ class Options:
 
 class _State:
     options: Options | None = None  # None: not installed; else what is in force
-    decisions: dict[str, bool] = {}  # per acceleration, what install() turned on
+    why: dict[str, str] = {}  # per acceleration, "on" or why install() left it off
     requested: Options | None = None  # what install() was last asked for
     selftest: _selftest.Report | None = None  # once per process
     originals = _originals.ORIGINALS  # (fastfake/common/originals.py)
@@ -241,15 +241,13 @@ def install(
     if opts.elementwise and ft.FakeTensorConfig.debug:
         log.warning("fastfake: TORCH_FAKE_TENSOR_DEBUG is set; the elementwise path stays off")
         opts = Options(False, opts.cache, opts.device, opts.crosscheck)
-    on = decide(opts, _State.selftest, debug=bool(ft.FakeTensorConfig.debug))
+    why = decide(opts, _State.selftest, debug=bool(ft.FakeTensorConfig.debug))
+    on = {name: reason == "on" for name, reason in why.items()}
     opts = Options(on["elementwise"], on["cache"], on["device"], opts.crosscheck)
-    _C.set_config(
+    _set_config(
         elementwise=opts.elementwise,
         cache=opts.cache,
         crosscheck=opts.crosscheck,
-        max_signatures_per_op=MAX_SIGNATURES_PER_OP,
-        cache_max_entries=CACHE_MAX_ENTRIES,
-        cache_max_bytes=CACHE_MAX_BYTES,
         cache_symbolic=on["cache_symbolic"],
         real_inputs=on["real_inputs"],
     )
@@ -258,7 +256,7 @@ def install(
         if acc.apply:
             _accelerations.resolve(acc.apply)(on[acc.name], opts.crosscheck)
     _State.options = opts
-    _State.decisions = on
+    _State.why = why
     _State.requested = requested
 
 
@@ -270,81 +268,86 @@ def available(acc: _accelerations.Acceleration) -> bool:
     )
 
 
-def decide(opts: Options, report, *, debug: bool = False) -> dict[str, bool]:
-    """Which accelerations are on, in table order: each rides on an ``install()``
-    option, is not switched off (``FASTFAKE_DISABLE``), passed the self-test (where
-    it has a feature), exists on this release, and what it needs is on."""
+def decide(opts: Options, report, *, debug: bool = False) -> dict[str, str]:
+    """Per acceleration, in table order, "on" or why it is off. It is on when it is
+    not switched off (``FASTFAKE_DISABLE``), this release has it, it passed the
+    self-test (where it has a feature), what it needs is on, and the ``install()``
+    option it rides on is on."""
     base = ("elementwise", "cache", "device")  # the install() options themselves
-    on: dict[str, bool] = {}
+    why: dict[str, str] = {}
+
+    def on(name: str) -> bool:
+        return why[name] == "on"
 
     def rides(acc: _accelerations.Acceleration) -> bool:
         if acc.name in base:
             return getattr(opts, acc.name)
         if acc.rides in base:
-            return on[acc.rides]
-        either = on["elementwise"] or on["cache"]
+            return on(acc.rides)
+        either = on("elementwise") or on("cache")
         return either and not (acc.rides == "plain" and debug)
 
     for acc in _accelerations.ACCELERATIONS:
-        on[acc.name] = (
-            rides(acc)
-            and not _switches.disabled(acc)
-            and (not acc.selftest or report.passed.get(acc.name, False))
-            and all(on[n] for n in acc.needs)
-            and available(acc)
-        )
-    return on
+        off = [n for n in acc.needs if not on(n)]
+        if _switches.disabled(acc):
+            legacy = acc.legacy if acc.legacy and _env_flag(acc.legacy) else ""
+            why[acc.name] = f"switched off ({legacy or acc.switch})"
+        elif not available(acc):
+            why[acc.name] = "not offered on this release"
+        elif acc.selftest and not report.passed.get(acc.name, False):
+            why[acc.name] = "self-test: " + report.failures.get(acc.name, "not run")
+        elif off:
+            why[acc.name] = "needs " + ", ".join(off)
+        elif not rides(acc):
+            why[acc.name] = f"rides on {acc.rides}, which is off"
+        else:
+            why[acc.name] = "on"
+    return why
 
 
 def explain() -> dict[str, str]:
-    """Per acceleration, "on" or why it is off (for ``python -m fastfake doctor``)."""
-    on = _State.decisions
-    report = _State.selftest
-    opts = _State.options
-    out = {}
-    for acc in _accelerations.ACCELERATIONS:
-        if on.get(acc.name):
-            out[acc.name] = "on"
-        elif opts is None:
-            out[acc.name] = "not installed"
-        elif _switches.disabled(acc):
-            out[acc.name] = f"switched off ({acc.legacy if acc.legacy and _env_flag(acc.legacy) else acc.switch})"
-        elif not available(acc):
-            out[acc.name] = "not offered on this release"
-        elif acc.selftest and report is not None and not report.passed.get(acc.name, False):
-            out[acc.name] = "self-test: " + report.failures.get(acc.name, "not run")
-        elif not all(on.get(n) for n in acc.needs):
-            out[acc.name] = "needs " + ", ".join(n for n in acc.needs if not on.get(n))
-        else:
-            out[acc.name] = f"rides on {acc.rides}, which is off"
-    return out
+    """Per acceleration, "on" or why ``install()`` left it off (for ``python -m
+    fastfake doctor``); "not installed" for all when it is not."""
+    if _State.options is None:
+        return {acc.name: "not installed" for acc in _accelerations.ACCELERATIONS}
+    return dict(_State.why)
 
 
 def decisions() -> dict[str, bool] | None:
     """What ``install()`` turned on, per acceleration (None when not installed)."""
-    return None if _State.options is None else dict(_State.decisions)
+    return None if _State.options is None else {name: why == "on" for name, why in _State.why.items()}
+
+
+def _set_config(**switches: bool) -> None:
+    """The extension's switches, with the bounds every configuration keeps."""
+    _C.set_config(
+        max_signatures_per_op=MAX_SIGNATURES_PER_OP,
+        cache_max_entries=CACHE_MAX_ENTRIES,
+        cache_max_bytes=CACHE_MAX_BYTES,
+        **switches,
+    )
 
 
 def _apply(ft, opts: Options) -> None:
     """Patch (or restore) the stock attributes as ``opts`` asks."""
-    _patch(
+    _originals.patch(
         ft.FakeTensorMode,
         "__torch_dispatch__",
         _C.make_fast_dispatch() if (opts.elementwise or opts.cache) else None,
     )
     from fastfake.cache.learn import capturing
 
-    _patch(
+    _originals.patch(
         ft.FakeTensorMode,
         "_output_from_cache_entry",
         capturing(_originals.original(ft.FakeTensorMode, "_output_from_cache_entry")) if opts.cache else None,
     )
-    _patch(
+    _originals.patch(
         ft.FakeTensorMode,
         "_cache_key",
         _portable.key_logger(_originals.original(ft.FakeTensorMode, "_cache_key")) if opts.cache else None,
     )
-    _patch(
+    _originals.patch(
         ft.FakeTensor,
         "device",
         _C.make_device_descriptor(_originals.original(ft.FakeTensor, "device")) if opts.device else None,
@@ -358,7 +361,7 @@ def _apply(ft, opts: Options) -> None:
         ("cache_clear", _stock_cache.make_cache_clear),
     ):
         original = _originals.original(ft.FakeTensorMode, name)
-        _patch(ft.FakeTensorMode, name, make(original) if serving else None)
+        _originals.patch(ft.FakeTensorMode, name, make(original) if serving else None)
 
 
 def _run_selftest(ft) -> _selftest.Report:
@@ -369,13 +372,10 @@ def _run_selftest(ft) -> _selftest.Report:
     def only(feature: str):
         # the feature and what it needs (fastfake/core/accelerations.py), nothing else
         on = set(_accelerations.closure(feature))
-        _C.set_config(
+        _set_config(
             elementwise=feature == "elementwise",
             cache="cache" in on,
             crosscheck=False,
-            max_signatures_per_op=MAX_SIGNATURES_PER_OP,
-            cache_max_entries=CACHE_MAX_ENTRIES,
-            cache_max_bytes=CACHE_MAX_BYTES,
             cache_symbolic="cache_symbolic" in on,
         )
         _apply(ft, Options(elementwise=True, cache=feature != "elementwise", device=True))
@@ -444,9 +444,6 @@ def _proven(opts: Options, report) -> Options:
     return proven
 
 
-_patch = _originals.patch
-
-
 def _all_off(ft=None) -> None:
     """Every acceleration off (the table's hooks, last first), the stock attributes
     back, and every fast path off in C++ (bounds kept)."""
@@ -455,14 +452,7 @@ def _all_off(ft=None) -> None:
             _accelerations.resolve(acc.apply)(False, False)
     if ft is not None:
         _apply(ft, Options(elementwise=False, cache=False, device=False))
-    _C.set_config(
-        elementwise=False,
-        cache=False,
-        crosscheck=False,
-        max_signatures_per_op=MAX_SIGNATURES_PER_OP,
-        cache_max_entries=CACHE_MAX_ENTRIES,
-        cache_max_bytes=CACHE_MAX_BYTES,
-    )
+    _set_config(elementwise=False, cache=False, crosscheck=False)
 
 
 def uninstall() -> None:
@@ -474,7 +464,7 @@ def uninstall() -> None:
         if cls.__dict__.get(name) is not original:
             setattr(cls, name, original)
     _State.options = None
-    _State.decisions = {}
+    _State.why = {}
     _State.requested = None
 
 
