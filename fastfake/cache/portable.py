@@ -82,6 +82,7 @@ from torch.fx.experimental.sym_node import SymNode
 from torch.utils import _stats as torch_stats
 
 from fastfake.cache import learn as _cache
+from fastfake.cache import facts as _facts
 from fastfake.common import compat as _compat
 from fastfake.parity import evals as _evals
 from fastfake.cache import free_symbols as _free_symbols
@@ -198,13 +199,8 @@ def signature(env: Any, symbols: tuple) -> tuple | None:
         if rep is not None and not _free_symbols.of(rep):
             return None
         per_symbol.append((s, hints[s], r.lower, r.upper, s in size_like, rep))
-    involved = set(symbols)
-    of = _free_symbols.of
-    axioms = frozenset(
-        (k, v) for k, v in env.axioms.items() if (fs := of(k)) and fs <= involved
-    )
-    divisible = frozenset(d for d in env.divisible if of(d) <= involved)
-    return (tuple(per_symbol), axioms, divisible)
+    # (filtered incrementally: both grow with every guard of the program)
+    return (tuple(per_symbol), _facts.axioms(env, symbols), _facts.divisible(env, symbols))
 
 
 def signature_symbols(sig: tuple) -> tuple:

@@ -15,6 +15,7 @@ from fastfake.core import accelerations as _accelerations
 from fastfake.core import switches as _switches
 from fastfake.common import compat as _compat
 from fastfake.convert import converter as _convert
+from fastfake.cache import facts as _facts
 from fastfake.cache import free_symbols as _free_symbols
 from fastfake.tracing import functional as _functional
 from fastfake.cache import item_memo as _item_memo
@@ -513,9 +514,11 @@ def selftest_report() -> dict | None:
 def cache_clear() -> None:
     """Drop every entry of fastfake's result cache (stock's is untouched;
     ``FakeTensorMode.cache_clear()`` clears both), the FunctionalTensor
-    storage sizes memoised per ShapeEnv, and the memoised free symbols."""
+    storage sizes memoised per ShapeEnv, the memoised free symbols and the
+    ShapeEnvs' filtered axioms and divisibility facts."""
     _C.cache_clear()
     _C.symnode_memo_clear()
     _C.symnode_expr_clear()
     _functional.clear()
     _free_symbols.clear()
+    _facts.clear()
