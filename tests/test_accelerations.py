@@ -46,6 +46,33 @@ def test_every_hook_resolves():
             assert ACC.index(_accelerations.BY_NAME[n]) < ACC.index(a), (a.name, n)  # decided first
 
 
+def test_stats_reads_every_entry_s_counters_from_the_table(installed):
+    """Every counter an entry says shows it served is in ``stats()``, read either from
+    the extension's main map or from the source the entry's ``counts`` names (and
+    ``stats()`` reads no other source than those and the per-overload stock calls);
+    each source's counters carry its entry's prefix."""
+    from fastfake import _C
+    from fastfake.core import counters as _counters
+
+    main = {name for name, _ in _C.counters()}
+    stats = fastfake.stats()
+    by_counts: dict = {}
+    for a in ACC:
+        for c in a.served:
+            assert c in stats, (a.name, c)
+        if a.counts:
+            by_counts.setdefault(a.counts, []).append(a)
+        else:
+            assert any(c in main for c in a.served), (a.name, "not in the extension's map: needs counts")
+    assert len(_counters.SOURCES) == len(by_counts) + 1  # + the stock calls per overload
+    for source, (counts, entries) in zip(_counters.SOURCES, by_counts.items()):
+        names = source.counters()
+        assert names, counts
+        assert all(any(n.startswith(e.counters) for e in entries) for n in names), (counts, names)
+        assert not any(c in main for e in entries for c in e.served), counts
+    assert _counters.SOURCES[-1].counters() == {}
+
+
 def test_install_turns_on_what_the_table_says(installed):
     assert _install.decisions() == _expected_all_on()
     # on 2.13 everything is available and proven

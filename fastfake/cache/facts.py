@@ -71,64 +71,69 @@ def _divisible_over(items, involved: frozenset) -> frozenset:
     return frozenset(d for d in items if of(d) <= involved)
 
 
-def axioms(env: Any, symbols: tuple) -> frozenset:
-    """``frozenset((k, v) for k, v in env.axioms.items() if k has free symbols,
-    all in symbols)``."""
-    live = env.axioms
-    facts = _state(env).axioms
+class _Kind:
+    """How one collection is copied, checked for growth, and filtered."""
+
+    def __init__(self, copy, grown, new, items, over) -> None:
+        self.copy = copy  # live -> snapshot
+        self.grown = grown  # (snapshot, live) -> every snapshot item still in live
+        self.new = new  # (snapshot, live) -> the items live added
+        self.items = items  # snapshot -> its items, as the filter takes them
+        self.over = over  # (items, involved) -> the filtered frozenset
+
+
+_AXIOMS = _Kind(
+    dict,
+    lambda snap, live: snap.items() <= live.items(),
+    lambda snap, live: [(k, live[k]) for k in live.keys() - snap.keys()],
+    dict.items,
+    _axioms_over,
+)
+_DIVISIBLE = _Kind(
+    frozenset,
+    lambda snap, live: snap <= live,
+    lambda snap, live: live - snap,
+    lambda snap: snap,
+    _divisible_over,
+)
+
+
+def _lookup(facts: _Facts, kind: _Kind, live, symbols: tuple) -> frozenset:
     snap = facts.snapshot
+    results = facts.results
     if snap is not None and len(snap) == len(live) and snap == live:
-        found = facts.results.get(symbols)
+        found = results.get(symbols)
         if found is not None:
-            return found
-    elif snap is not None and len(snap) < len(live) and snap.items() <= live.items():
+            return found  # unchanged
+    elif snap is not None and len(snap) < len(live) and kind.grown(snap, live):
         # grown: only the new items are filtered
-        new = [(k, live[k]) for k in live.keys() - snap.keys()]
-        facts.snapshot = dict(live)
-        results = facts.results
+        new = kind.new(snap, live)
+        facts.snapshot = kind.copy(live)
         for key, old in results.items():
-            add = _axioms_over(new, frozenset(key))
+            add = kind.over(new, frozenset(key))
             if add:
                 results[key] = old | add
         found = results.get(symbols)
         if found is not None:
             return found
     else:
-        facts.snapshot = dict(live)
-        facts.results.clear()
-    if len(facts.results) >= MAX_CLOSURES:
-        facts.results.clear()
-    found = facts.results[symbols] = _axioms_over(facts.snapshot.items(), frozenset(symbols))
+        facts.snapshot = kind.copy(live)
+        results.clear()
+    if len(results) >= MAX_CLOSURES:
+        results.clear()
+    found = results[symbols] = kind.over(kind.items(facts.snapshot), frozenset(symbols))
     return found
+
+
+def axioms(env: Any, symbols: tuple) -> frozenset:
+    """``frozenset((k, v) for k, v in env.axioms.items() if k has free symbols,
+    all in symbols)``."""
+    return _lookup(_state(env).axioms, _AXIOMS, env.axioms, symbols)
 
 
 def divisible(env: Any, symbols: tuple) -> frozenset:
     """``frozenset(d for d in env.divisible if d's free symbols are all in symbols)``."""
-    live = env.divisible
-    facts = _state(env).divisible
-    snap = facts.snapshot
-    if snap is not None and len(snap) == len(live) and snap == live:
-        found = facts.results.get(symbols)
-        if found is not None:
-            return found
-    elif snap is not None and len(snap) < len(live) and snap <= live:
-        new = live - snap
-        facts.snapshot = frozenset(live)
-        results = facts.results
-        for key, old in results.items():
-            add = _divisible_over(new, frozenset(key))
-            if add:
-                results[key] = old | add
-        found = results.get(symbols)
-        if found is not None:
-            return found
-    else:
-        facts.snapshot = frozenset(live)
-        facts.results.clear()
-    if len(facts.results) >= MAX_CLOSURES:
-        facts.results.clear()
-    found = facts.results[symbols] = _divisible_over(facts.snapshot, frozenset(symbols))
-    return found
+    return _lookup(_state(env).divisible, _DIVISIBLE, env.divisible, symbols)
 
 
 def clear() -> None:

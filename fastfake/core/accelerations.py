@@ -8,7 +8,8 @@ it stands in for, the hook that turns it on and off, its names for
 ``FASTFAKE_DISABLE``, and how ``crosscheck=True`` verifies it.
 
 ``install()`` and ``uninstall()`` walk this table (fastfake/core/install.py), and so
-do the self-test's feature list, ``stats()``' sources, the command line's report and
+do the self-test's feature list, ``stats()``' counter sources (fastfake/core/counters.py),
+the command line's report and
 the README's table (``python -m fastfake accelerations``). PyTorch's
 ``fake_impls.py``, rules registered into one table, is the model. To add an
 acceleration: write its module with ``available()`` and ``apply(on, crosscheck)``,
@@ -46,6 +47,10 @@ class Acceleration:
     crosscheck: str = "the served result against stock's, field by field"
     selftest: bool = True  # proven by its own self-test feature at install()
     module: str = ""  # where it lives
+    # where stats() reads its counters beyond the extension's main map (``_C.counters()``):
+    # a module with counters() / reset_counters() / saved_counters() / restore_counters(),
+    # or "ext:<get>,<set>" for a name -> count map the extension keeps under ``counters``
+    counts: str = ""
 
     @property
     def switch(self) -> str:
@@ -90,6 +95,7 @@ ACCELERATIONS: tuple[Acceleration, ...] = (
         ("stock_key.built",), "stock_key.", "cache",
         needs=("cache",), apply="fastfake.stock.key:apply", legacy="FASTFAKE_NO_STOCK_KEY",
         selftest=False, crosscheck="proved at install()",
+        counts="fastfake.stock.key",
         module="csrc/stock/key.cpp, fastfake/stock/key.py"),
     Acceleration(
         "cache_portable", "records served in other ShapeEnvs",
@@ -99,6 +105,7 @@ ACCELERATIONS: tuple[Acceleration, ...] = (
         needs=("cache_symbolic",), available="fastfake.cache.portable:available",
         apply="fastfake.cache.portable:apply", aliases=("portable",), legacy="FASTFAKE_NO_PORTABLE",
         crosscheck="the result, the ShapeEnv delta, and no evaluation stock's kernel makes that was not replayed",
+        counts="fastfake.cache.portable",
         module="csrc/cache/portable*.cpp, fastfake/cache/portable.py, fastfake/parity/evals.py"),
     Acceleration(
         "cache_rerun", "repeats stock reruns",
@@ -107,6 +114,7 @@ ACCELERATIONS: tuple[Acceleration, ...] = (
         ("cache.symbolic.rerun.served",), "cache.symbolic.rerun.", "cache",
         needs=("cache_symbolic",), available="fastfake.common.compat:stock_reruns_unsafe_view",
         apply="fastfake.cache.rerun:apply", aliases=("rerun",), legacy="FASTFAKE_NO_RERUN",
+        counts="fastfake.cache.rerun",
         module="csrc/cache/rerun.cpp, fastfake/cache/rerun.py"),
     Acceleration(
         "cache_rerun_scalar", "pointwise repeats with a SymFloat",
@@ -115,6 +123,7 @@ ACCELERATIONS: tuple[Acceleration, ...] = (
         ("cache.symbolic.rerun.served_scalar",), "cache.symbolic.rerun.", "cache",
         needs=("cache_symbolic",), available="fastfake.cache.rerun:scalar_available",
         apply="fastfake.cache.rerun:apply_scalar", aliases=("rerun_scalar",), legacy="FASTFAKE_NO_RERUN_SCALAR",
+        counts="fastfake.cache.rerun",
         module="csrc/cache/rerun.cpp, fastfake/cache/rerun.py"),
     Acceleration(
         "cache_item_memo", "`.item()` repeats",
@@ -123,6 +132,7 @@ ACCELERATIONS: tuple[Acceleration, ...] = (
         ("cache.item_memo.served",), "cache.item_memo.", "cache",
         needs=("cache",), available="fastfake.cache.item_memo:available", apply="fastfake.cache.item_memo:apply",
         aliases=("item_memo",), legacy="FASTFAKE_NO_ITEM_MEMO",
+        counts="ext:item_memo_counts,item_memo_set_counts",
         module="csrc/cache/item_memo.cpp, fastfake/cache/item_memo.py"),
     Acceleration(
         "device", "`FakeTensor.device`",
@@ -137,6 +147,7 @@ ACCELERATIONS: tuple[Acceleration, ...] = (
         ("functional.storage.hit", "functional.storage.replayed"), "functional.storage.", "cache",
         available="fastfake.common.compat:functional_tensor_recomputes_storage",
         apply="fastfake.tracing.functional:apply", aliases=("functional",), legacy="FASTFAKE_NO_FUNCTIONAL_MEMO",
+        counts="fastfake.tracing.functional",
         module="fastfake/tracing/functional.py"),
     Acceleration(
         "detach", "snapshots",
@@ -159,6 +170,7 @@ ACCELERATIONS: tuple[Acceleration, ...] = (
         ("symnode.memo.hit",), "symnode.memo.", "either",
         available="fastfake.symbolic.symnode_memo:available", apply="fastfake.symbolic.symnode_memo:apply",
         aliases=("symnode",), legacy="FASTFAKE_NO_SYMNODE_MEMO",
+        counts="ext:symnode_memo_counts,symnode_memo_set_counts",
         module="csrc/symbolic/symnode_memo.cpp, fastfake/symbolic/symnode_memo.py"),
     Acceleration(
         "fake_prop", "`FakeTensorProp` nodes",
@@ -166,7 +178,8 @@ ACCELERATIONS: tuple[Acceleration, ...] = (
         "the stock functions it stands for are source-identical to a proven release; self-test",
         ("fake_prop.fast",), "fake_prop.", "either",
         available="fastfake.tracing.fake_prop:available", apply="fastfake.tracing.fake_prop:apply",
-        legacy="FASTFAKE_NO_FAKE_PROP", module="fastfake/tracing/fake_prop.py"),
+        legacy="FASTFAKE_NO_FAKE_PROP", counts="fastfake.tracing.fake_prop",
+        module="fastfake/tracing/fake_prop.py"),
     Acceleration(
         "symnode_expr", "`SymNode.expr`",
         "the Python property",
@@ -174,6 +187,7 @@ ACCELERATIONS: tuple[Acceleration, ...] = (
         ("symnode.expr.served",), "symnode.expr.", "either",
         available="fastfake.symbolic.symnode_expr:available", apply="fastfake.symbolic.symnode_expr:apply",
         legacy="FASTFAKE_NO_SYMNODE_EXPR",
+        counts="ext:symnode_expr_counts,symnode_expr_set_counts",
         module="csrc/symbolic/symnode_expr.cpp, fastfake/symbolic/symnode_expr.py"),
     Acceleration(
         "symnode_int", "`SymNode.maybe_as_int`",
@@ -182,6 +196,7 @@ ACCELERATIONS: tuple[Acceleration, ...] = (
         ("symnode.int.served",), "symnode.int.", "either",
         available="fastfake.symbolic.symnode_int:available", apply="fastfake.symbolic.symnode_int:apply",
         legacy="FASTFAKE_NO_SYMNODE_INT",
+        counts="ext:symnode_int_counts,symnode_int_set_counts",
         module="csrc/symbolic/symnode_int.cpp, fastfake/symbolic/symnode_int.py"),
     Acceleration(
         "real_inputs", "real inputs",

@@ -1,18 +1,16 @@
-"""fastfake's Python-side counters, in one list: what ``stats()`` reads and
-``reset_stats()`` zeroes beside the extension's own (``_C.counters()``), and what
-the install-time self-test saves and puts back around its programs."""
+"""fastfake's Python-side counters, from the table of accelerations (each entry's
+``counts``): what ``stats()`` reads and ``reset_stats()`` zeroes beside the extension's
+own (``_C.counters()``), and what the install-time self-test saves and puts back
+around its programs."""
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fastfake import _C
-from fastfake.tracing import fake_prop as _fake_prop
-from fastfake.tracing import functional as _functional
-from fastfake.cache import portable as _portable
-from fastfake.cache import rerun as _rerun
-from fastfake.stock import key as _stock_key
+import importlib
 
+from fastfake import _C
+from fastfake.core import accelerations as _accelerations
 
 @dataclass(frozen=True)
 class ExtensionCounts:
@@ -40,25 +38,29 @@ class ExtensionCounts:
         self.set(saved)
 
 
-#: Each has ``counters()``, ``reset_counters()``, ``saved_counters()`` and
-#: ``restore_counters(saved)``.
-SOURCES = (
-    _functional,
-    _portable,
-    _rerun,
-    # stock's cache keys built in C++ (fastfake/stock/key.py)
-    _stock_key,
-    # `.item()` repeats answered from the argument's memo (fastfake/cache/item_memo.py)
-    ExtensionCounts("cache.item_memo", _C.item_memo_counts, _C.item_memo_set_counts),
-    # the SymNode arithmetic memo (fastfake/symbolic/symnode_memo.py), SymNode.expr and
-    # SymNode.maybe_as_int in C (fastfake/symbolic/symnode_expr.py, symnode_int.py)
-    ExtensionCounts("symnode.memo", _C.symnode_memo_counts, _C.symnode_memo_set_counts),
-    _fake_prop,
-    ExtensionCounts("symnode.expr", _C.symnode_expr_counts, _C.symnode_expr_set_counts),
-    ExtensionCounts("symnode.int", _C.symnode_int_counts, _C.symnode_int_set_counts),
-    # the calls handed to stock per overload (fastfake.stock_report())
-    ExtensionCounts(None, _C.stock_calls, _C.stock_calls_set),
-)
+def _source(a: _accelerations.Acceleration):
+    """The counter source an acceleration's ``counts`` field names."""
+    if a.counts.startswith("ext:"):
+        get, _, put = a.counts[len("ext:"):].partition(",")
+        return ExtensionCounts(a.counters.rstrip("."), getattr(_C, get), getattr(_C, put))
+    return importlib.import_module(a.counts)
+
+
+def _sources() -> tuple:
+    out: list = []
+    seen: set = set()
+    for a in _accelerations.ACCELERATIONS:
+        if a.counts and a.counts not in seen:  # (two entries may share a module's counters)
+            seen.add(a.counts)
+            out.append(_source(a))
+    # not an acceleration's: the calls handed to stock per overload (fastfake.stock_report())
+    out.append(ExtensionCounts(None, _C.stock_calls, _C.stock_calls_set))
+    return tuple(out)
+
+
+#: From the table of accelerations (each entry's ``counts``), in table order. Each has
+#: ``counters()``, ``reset_counters()``, ``saved_counters()`` and ``restore_counters(saved)``.
+SOURCES = _sources()
 
 
 def counters() -> dict[str, int]:
