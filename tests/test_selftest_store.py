@@ -85,11 +85,28 @@ def _stored(tmp) -> list[str]:
     return sorted(os.listdir(d)) if os.path.isdir(d) else []
 
 
+@pytest.fixture(scope="module")
+def first_install(tmp_path_factory) -> tuple[str, dict]:
+    """One first process for the whole file: a store it wrote, and what it printed."""
+    base = tmp_path_factory.mktemp("first")
+    return str(base), _install_in(base)
+
+
+def _seeded(tmp, first_install: tuple[str, dict]) -> dict:
+    """``tmp`` holds the store a first process wrote (a copy of the module's one
+    first process's); returns what that process printed."""
+    import shutil
+
+    base, first = first_install
+    shutil.copytree(os.path.join(base, "selftest"), os.path.join(tmp, "selftest"))
+    return first
+
+
 _SAME = ("torch_version", "built_for", "passed", "failures", "served", "skipped")
 
 
-def test_second_process_reads_the_result_and_installs_the_same(tmp_path):
-    first = _install_in(tmp_path)
+def test_second_process_reads_the_result_and_installs_the_same(tmp_path, first_install):
+    first = _seeded(tmp_path, first_install)
     assert first["ran"] and first["report"]["source"] == "run"
     assert first["report"]["store"] == "written"
     assert len(_stored(tmp_path)) == 1
@@ -109,10 +126,10 @@ def test_second_process_reads_the_result_and_installs_the_same(tmp_path):
     assert not third["ran"] and len(_stored(tmp_path)) == 1
 
 
-def test_a_stored_failure_is_honoured(tmp_path):
+def test_a_stored_failure_is_honoured(tmp_path, first_install):
     """The kept result decides as the run did: a feature it failed stays off, with
     the warning naming it."""
-    _install_in(tmp_path)
+    _seeded(tmp_path, first_install)
     (name,) = _stored(tmp_path)
     path = os.path.join(tmp_path, "selftest", name)
     with open(path) as f:
@@ -146,8 +163,8 @@ def test_a_stored_failure_is_honoured(tmp_path):
     ],
     ids=["torch-method", "fastfake-function", "torch-constant", "torch-config", "features"],
 )
-def test_a_changed_process_runs_the_programs(tmp_path, before):
-    _install_in(tmp_path)
+def test_a_changed_process_runs_the_programs(tmp_path, first_install, before):
+    _seeded(tmp_path, first_install)
     got = _install_in(tmp_path, before)
     assert got["ran"] and got["report"]["source"] == "run", got["report"]
     assert got["report"]["store"] == "written" and len(_stored(tmp_path)) == 2
@@ -158,16 +175,16 @@ def test_a_changed_process_runs_the_programs(tmp_path, before):
     ['fastfake._C._inject_fault(1, "device")', 'fastfake.tracing.fake_prop._fault = "rebind"'],
     ids=["c-fault", "python-fault"],
 )
-def test_an_injected_fault_is_judged_not_read(tmp_path, inject):
-    _install_in(tmp_path)
+def test_an_injected_fault_is_judged_not_read(tmp_path, first_install, inject):
+    _seeded(tmp_path, first_install)
     got = _install_in(tmp_path, inject)
     assert got["ran"] and got["report"]["store"] == "fault"
     assert not all(got["report"]["passed"].values()), got["report"]["passed"]
     assert len(_stored(tmp_path)) == 1  # a faulty result is not kept
 
 
-def test_switched_off(tmp_path):
-    _install_in(tmp_path)
+def test_switched_off(tmp_path, first_install):
+    _seeded(tmp_path, first_install)
     got = _install_in(tmp_path, FASTFAKE_NO_SELFTEST_CACHE="1")
     assert got["ran"] and got["report"]["store"] == "off" and got["report"]["source"] == "run"
     empty = tmp_path / "empty"
@@ -183,11 +200,11 @@ def test_unwritable_directory_is_not_an_error(tmp_path):
     assert all(got["report"]["passed"].values())
 
 
-def test_the_stock_key_proof_is_kept_with_the_result(tmp_path):
+def test_the_stock_key_proof_is_kept_with_the_result(tmp_path, first_install):
     """The proof of the C++ stock-key builder runs with the self-test and is kept
     with its result: a second process takes it (a stored negative proof too) and
     an ill-formed one makes the file unreadable."""
-    first = _install_in(tmp_path)
+    first = _seeded(tmp_path, first_install)
     assert first["proved"] and first["report"]["proofs"] == {"stock_key": [True, ""]}
     second = _install_in(tmp_path)
     assert not second["ran"] and not second["proved"] and second["stock_key"] == [True, 0]
@@ -206,8 +223,8 @@ def test_the_stock_key_proof_is_kept_with_the_result(tmp_path):
     assert got["stock_key"] == [True, 0]
 
 
-def test_an_unreadable_file_is_rewritten(tmp_path):
-    _install_in(tmp_path)
+def test_an_unreadable_file_is_rewritten(tmp_path, first_install):
+    _seeded(tmp_path, first_install)
     (name,) = _stored(tmp_path)
     path = os.path.join(tmp_path, "selftest", name)
     with open(path) as f:
@@ -219,10 +236,10 @@ def test_an_unreadable_file_is_rewritten(tmp_path):
     assert not _install_in(tmp_path)["ran"]  # rewritten whole
 
 
-def test_a_kept_pointwise_table_is_exactly_the_registry_and_an_ill_formed_one_is_rebuilt(tmp_path):
+def test_a_kept_pointwise_table_is_exactly_the_registry_and_an_ill_formed_one_is_rebuilt(tmp_path, first_install):
     from fastfake.elementwise import registry as _registry
 
-    first = _install_in(tmp_path)
+    first = _seeded(tmp_path, first_install)
     (name,) = _stored(tmp_path)
     path = os.path.join(tmp_path, "selftest", name)
     with open(path) as f:
