@@ -26,9 +26,10 @@ warm
     training or serving job pays.
 
 fastfake's install-time self-test result, which ``install()`` keeps on disk for
-an unchanged installation (``fastfake/core/selftest_store.py``), is kept per workload
-in a directory filled by one ``install()`` before the repetitions, cold and warm
-alike: it belongs to the installation, not to the compile caches (so no timed
+an unchanged installation (``fastfake/core/selftest_store.py``), is kept in a
+directory filled by one ``install()`` before the first repetition, shared by every
+workload of the process, cold and warm alike (the warm rows' primed cache
+directory is made once per model and settings too): it belongs to the installation, not to the compile caches (so no timed
 process runs the self-test's programs; the child reports where its result came
 from).
 
@@ -109,18 +110,48 @@ def _run_child(spec_name: str, size: str, *, dynamic: bool, train: bool, impl: s
         os.unlink(out)
 
 
+#: Made once per process and shared by every workload (removed at exit): the
+#: directory of the kept self-test result (it belongs to the installation, not to a
+#: workload), and per (model, size, dynamic, train) the cache directory one stock
+#: process filled for the warm rows (each run copies it afresh).
+_SHARED: dict[str, Any] = {"root": None, "store": None, "primed": {}}
+
+
+def _shared_root() -> str:
+    if _SHARED["root"] is None:
+        import atexit
+
+        _SHARED["root"] = tempfile.mkdtemp(prefix="fastfake-inductor-shared-")
+        atexit.register(shutil.rmtree, _SHARED["root"], ignore_errors=True)
+    return _SHARED["root"]
+
+
+def _shared_store() -> str:
+    if _SHARED["store"] is None or not os.path.isdir(_SHARED["store"]):
+        store = os.path.join(_shared_root(), "fastfake-store")
+        _fill_store(store)
+        _SHARED["store"] = store
+    return _SHARED["store"]
+
+
+def _primed(spec_name: str, size: str, *, dynamic: bool, train: bool) -> str:
+    key = (spec_name, size, dynamic, train)
+    primed = _SHARED["primed"].get(key)
+    if primed is None or not os.path.isdir(primed):
+        primed = tempfile.mkdtemp(prefix="primed-", dir=_shared_root())
+        _run_child(spec_name, size, dynamic=dynamic, train=train, impl="stock", cache_dir=primed,
+                   store_dir=_shared_store())
+        _SHARED["primed"][key] = primed
+    return primed
+
+
 def _factory(*, warm: bool, dynamic: bool, train: bool):
     def make(model, inputs, *, spec=None, size="default"):
         if spec is None:
             raise ValueError("the inductor workloads build the model from its spec in a fresh process")
         base = tempfile.mkdtemp(prefix="fastfake-inductor-")
-        store = os.path.join(base, "fastfake-store")
-        _fill_store(store)
-        primed = None
-        if warm:
-            primed = os.path.join(base, "primed")
-            _run_child(spec.name, size, dynamic=dynamic, train=train, impl="stock", cache_dir=primed,
-                       store_dir=store)
+        store = _shared_store()
+        primed = _primed(spec.name, size, dynamic=dynamic, train=train) if warm else None
 
         def run(capture: bool = False, fake_share: bool = False) -> list[GraphRecord]:
             import fastfake
