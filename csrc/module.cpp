@@ -428,7 +428,7 @@ PYBIND11_MODULE(_C, m) {
       [](py::handle refs, py::handle hints_attr) { portable_fast_setup(refs.ptr(), hints_attr.ptr()); },
       "Bind what portable records admitted in C++ need: (_PySymInputStub, "
       "_DeconstructedSymType, _DispatchCacheKey, _DispatchCacheBypassEntry, "
-      "_DeconstructedSymNode.from_node, fastfake.cache.free_symbols.of, FakeTensorMode, "
+      "_DeconstructedSymNode.from_node, fastfake.cache.facts.match, FakeTensorMode, "
       "fastfake.cache.portable._KEY_LOG, fastfake.cache.portable._OPEN) and "
       "the name of the ShapeEnv's backed hints.");
   m.def(
@@ -457,10 +457,6 @@ PYBIND11_MODULE(_C, m) {
   m.def("portable_fast_set_counts", [](const std::vector<std::pair<std::string, uint64_t>>& c) {
     portable_fast_set_counts(c);
   });
-  m.def(
-      "portable_fast_clear_memo",
-      []() { portable_fast_clear_memo(); },
-      "Drop the C++ admission's memoised free symbols.");
   m.def(
       "portable_size",
       []() { return portable_size(); },

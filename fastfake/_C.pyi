@@ -211,7 +211,7 @@ def setup_portable(
 def setup_portable_fast(refs: tuple, hints_attr: str) -> None:
     """Bind what the C++ admission of portable records needs: ``(_PySymInputStub,
     _DeconstructedSymType, _DispatchCacheKey, _DispatchCacheBypassEntry,
-    _DeconstructedSymNode.from_node, fastfake.cache.free_symbols.of, FakeTensorMode,
+    _DeconstructedSymNode.from_node, fastfake.cache.facts.match, FakeTensorMode,
     fastfake.cache.portable._KEY_LOG, fastfake.cache.portable._OPEN)`` and the name of the
     ShapeEnv's backed hints (``fastfake.common.compat.backed_hints_attr``). The C++
     admission stays off unless the three key classes have the slots it writes."""
@@ -247,10 +247,6 @@ def portable_fast_counts() -> list[tuple[str, int]]:
 
 def portable_fast_set_counts(counts: list[tuple[str, int]]) -> None:
     """Set the counts of :func:`portable_fast_counts` (missing names: 0)."""
-
-def portable_fast_clear_memo() -> None:
-    """Drop the C++ admission's free symbols, memoised by expression identity
-    (``fastfake.cache.free_symbols.clear()`` calls it)."""
 
 def portable_memo_counts() -> tuple[int, int]:
     """``(refused, declined)``: calls not recorded because an output holds a

@@ -158,3 +158,68 @@ def test_closures_per_env_are_bounded(monkeypatch):
             symbols = tuple(SYMS[i:i + r])
             assert _facts.axioms(env, symbols) == _naive_axioms(env, symbols)
             assert len(_facts._TABLE[env].axioms.results) <= 4
+
+
+def _copy(e):
+    """An equal expression that is another object (sympy's cache would otherwise
+    hand back the same one)."""
+    if not e.args:
+        return e
+    return e.func(*[_copy(a) for a in e.args], evaluate=False)
+
+
+def test_two_shape_envs_equal_facts_are_one_object_and_match():
+    """What the C++ admission of portable records asks (``match``): the facts of two
+    ShapeEnvs built from equal but distinct expressions are interned to the same
+    objects, so the recorded set and the other ShapeEnv's compare without sympy;
+    a fact more or less, or another value, and they do not match."""
+    a, b = _Env(), _Env()
+    rng = random.Random(7)
+    for _ in range(40):
+        k = _random_axiom(rng)
+        if k in (sympy.true, sympy.false):
+            continue
+        a.axioms[k] = sympy.true
+        b.axioms[_copy(k)] = sympy.true
+    d = sympy.Mod(SYMS[0] + SYMS[1], 2)
+    a.divisible.add(d)
+    b.divisible.add(_copy(d))
+    assert any(ka is not kb and ka == kb for ka, kb in zip(a.axioms, b.axioms))
+    symbols = tuple(SYMS)
+    got_a, got_b = _facts.axioms(a, symbols), _facts.axioms(b, symbols)
+    assert got_a == got_b == _naive_axioms(b, symbols)
+    by_value = {k: k for k, _ in got_a}
+    assert all(by_value[k] is k for k, _ in got_b)  # interned: the same objects
+    assert _facts.match(b, symbols, got_a, _facts.divisible(a, symbols))
+    b.axioms[sympy.Lt(SYMS[0], 1000)] = sympy.true
+    assert not _facts.match(b, symbols, got_a, _facts.divisible(a, symbols))
+    del b.axioms[sympy.Lt(SYMS[0], 1000)]
+    assert _facts.match(b, symbols, got_a, _facts.divisible(a, symbols))
+    k0 = next(iter(b.axioms))
+    b.axioms[k0] = sympy.false
+    assert not _facts.match(b, symbols, got_a, _facts.divisible(a, symbols))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_match_equals_comparing_fresh_filters(seed, monkeypatch):
+    """``match`` against another ShapeEnv's recorded sets is the comparison of the
+    two fresh filters, over random changes to both, also when the interned facts
+    are emptied between (a tiny bound): interning only makes it faster."""
+    monkeypatch.setattr(_facts, "MAX_CANON", 16)
+    rng = random.Random(100 + seed)
+    a, b = _Env(), _Env()
+    agree = disagree = 0
+    for _ in range(300):
+        target = rng.choice([a, b, b])
+        _step(rng, target)
+        if rng.random() < 0.3:  # b catches up with a (equal facts, other objects)
+            b.axioms = {_copy(k): v for k, v in a.axioms.items()}
+            b.divisible = {_copy(d) for d in a.divisible}
+        symbols = tuple(sorted(rng.sample(SYMS, rng.randrange(0, len(SYMS) + 1)), key=str))
+        recorded = (_facts.axioms(a, symbols), _facts.divisible(a, symbols))
+        want = (_naive_axioms(a, symbols) == _naive_axioms(b, symbols)
+                and _naive_divisible(a, symbols) == _naive_divisible(b, symbols))
+        assert _facts.match(b, symbols, *recorded) == want
+        agree += want
+        disagree += not want
+    assert agree > 30 and disagree > 30

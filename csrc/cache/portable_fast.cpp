@@ -10,8 +10,8 @@
 // * the signature: for each symbol of the recorded replacement closure, the
 //   ShapeEnv's hint, value range, size-likeness and replacement must be the
 //   recorded ones (the closure is then the same), and the axioms and
-//   divisibility facts over the closure the recorded sets (free symbols
-//   memoised by expression identity, as fastfake/cache/free_symbols.py does);
+//   divisibility facts over the closure the recorded sets (kept filtered per
+//   ShapeEnv and closure, their facts interned: fastfake/cache/facts.py);
 // * stock's cache: the call's own key and its nested calls' stored keys are
 //   built for this ShapeEnv from the keys stock stored where the record was
 //   learned -- the same items, each SymInt stub holding the serving call's
@@ -57,124 +57,19 @@ bool same(PyObject* a, PyObject* b, bool* error) {
   return r == 1;
 }
 
-// ---- free symbols, memoised by expression identity (the memo holds the
-// expression, so its address is not reused while it is in the memo) ----
-struct FreeSyms {
-  PyObject* expr = nullptr;
-  std::vector<std::pair<PyObject*, PyObject*>> syms; // (symbol, name), owned
-};
-std::unordered_map<PyObject*, FreeSyms>& g_memo = *new std::unordered_map<PyObject*, FreeSyms>;
-constexpr size_t kMaxMemo = 1 << 16;
-
-void memo_clear() {
-  for (auto& [k, fs] : g_memo) {
-    Py_DECREF(fs.expr);
-    for (auto& [s, n] : fs.syms) {
-      Py_DECREF(s);
-      Py_DECREF(n);
-    }
-  }
-  g_memo.clear();
-}
-
-const FreeSyms* free_symbols(PyObject* expr) {
-  auto it = g_memo.find(expr);
-  if (it != g_memo.end()) return &it->second;
-  PyObject* fs = PyObject_CallOneArg(g_pf.free_symbols, expr);
-  if (fs == nullptr) return nullptr;
-  FreeSyms out;
-  PyObject* iter = PyObject_GetIter(fs);
-  Py_DECREF(fs);
-  if (iter == nullptr) return nullptr;
-  bool ok = true;
-  while (PyObject* s = PyIter_Next(iter)) {
-    PyObject* name = PyObject_GetAttr(s, g_pf.s_name);
-    if (name == nullptr || !PyUnicode_Check(name)) {
-      Py_XDECREF(name);
-      Py_DECREF(s);
-      ok = false;
-      break;
-    }
-    out.syms.emplace_back(s, name);
-  }
-  Py_DECREF(iter);
-  if (!ok || PyErr_Occurred()) {
-    for (auto& [s, n] : out.syms) {
-      Py_DECREF(s);
-      Py_DECREF(n);
-    }
-    if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "fastfake: a free symbol without a name");
-    return nullptr;
-  }
-  if (g_memo.size() >= kMaxMemo) memo_clear();
-  out.expr = Py_NewRef(expr);
-  return &g_memo.emplace(expr, std::move(out)).first->second;
-}
-
-// Whether every free symbol of an expression is in the signature's closure
-// (names first; a symbol of the same name is compared in full).
-int within(const FreeSyms& fs, const std::vector<SigSym>& sig) {
-  for (const auto& [s, name] : fs.syms) {
-    bool in = false;
-    for (const SigSym& ss : sig) {
-      if (s == ss.sym) {
-        in = true;
-        break;
-      }
-      if (name != ss.name && PyUnicode_Compare(name, ss.name) != 0) continue;
-      const int r = PyObject_RichCompareBool(s, ss.sym, Py_EQ);
-      if (r < 0) return -1;
-      if (r == 1) {
-        in = true;
-        break;
-      }
-    }
-    if (!in) return 0;
-  }
-  return 1;
-}
-
-// The ShapeEnv's axioms (a dict) or divisibility facts (a set) over the closure
-// equal the recorded set: 1, 0, or -1 with an error.
-int facts_match(PyObject* facts, PyObject* recorded, const std::vector<SigSym>& sig, bool axioms) {
-  const Py_ssize_t want = PySet_GET_SIZE(recorded);
-  if (axioms ? PyDict_GET_SIZE(facts) == 0 : PySet_GET_SIZE(facts) == 0) return want == 0;
-  Py_ssize_t matched = 0;
-  Py_ssize_t pos = 0;
-  PyObject *k, *v = nullptr;
-  PyObject* iter = axioms ? nullptr : PyObject_GetIter(facts);
-  if (!axioms && iter == nullptr) return -1;
-  int result = 1;
-  while (true) {
-    if (axioms) {
-      if (!PyDict_Next(facts, &pos, &k, &v)) break;
-      Py_INCREF(k);
-    } else {
-      k = PyIter_Next(iter);
-      if (k == nullptr) break;
-    }
-    const FreeSyms* fs = free_symbols(k);
-    int in = fs == nullptr ? -1 : within(*fs, sig);
-    // (an axiom without free symbols is not in the signature; a divisibility
-    // fact without any is: fastfake.cache.portable.signature)
-    if (in == 1 && axioms && fs->syms.empty()) in = 0;
-    if (in == 1) {
-      PyObject* item = axioms ? PyTuple_Pack(2, k, v) : Py_NewRef(k);
-      const int r = item == nullptr ? -1 : PySet_Contains(recorded, item);
-      Py_XDECREF(item);
-      if (r != 1) in = r < 0 ? -1 : 2;
-      else ++matched;
-    }
-    Py_DECREF(k);
-    if (in < 0 || in == 2) {
-      result = in < 0 ? -1 : 0;
-      break;
-    }
-  }
-  Py_XDECREF(iter);
-  if (result == 1 && PyErr_Occurred()) result = -1;
-  if (result == 1 && matched != want) result = 0;
-  return result;
+// The ShapeEnv's axioms and divisibility facts over the signature's closure equal
+// the recorded ones: 1, 0, or -1 with an error. fastfake.cache.facts.match keeps
+// them filtered per ShapeEnv and closure as the ShapeEnv grows, with every fact
+// interned, so this is a dict comparison and two frozenset comparisons at C level
+// (a fresh filter here cost a sympy comparison per axiom on every admission).
+int facts_match(PyObject* env, const FastRecord& r) {
+  if (!PyTuple_Check(r.validity) || PyTuple_GET_SIZE(r.validity) < 1) return -1;
+  PyObject* argv[4] = {env, PyTuple_GET_ITEM(r.validity, 0), r.axioms, r.divisible};
+  PyObject* res = PyObject_Vectorcall(g_pf.facts_match, argv, 4, nullptr);
+  if (res == nullptr) return -1;
+  const int m = PyObject_IsTrue(res);
+  Py_DECREF(res);
+  return m;
 }
 
 // A dict's entry for a key whose hash is known (borrowed), or nullptr.
@@ -349,8 +244,7 @@ FastAdmit fast_admit(const KeyCtx& ctx, const FastRecord& r, std::vector<PyObjec
     if ((rep == nullptr) != (s.rep == nullptr)) return decline(kShapeEnv);
     if (rep != nullptr && !same(rep, s.rep, &error)) return error ? python() : decline(kShapeEnv);
   }
-  int m = fault ? 1 : facts_match(axioms, r.axioms, r.sig, true);
-  if (m == 1) m = facts_match(divisible, r.divisible, r.sig, false);
+  int m = fault ? 1 : facts_match(env, r);
   if (m < 0) return python();
   if (m == 0) return decline(kShapeEnv);
   // stock's cache: the nested lookups find what they found
@@ -509,7 +403,7 @@ void portable_fast_setup(PyObject* refs, PyObject* hints_attr) {
   // (a second setup replaces the references)
   PyObject** dst[9] = {reinterpret_cast<PyObject**>(&g_pf.stub), reinterpret_cast<PyObject**>(&g_pf.dst),
                        reinterpret_cast<PyObject**>(&g_pf.key), &g_pf.bypass_entry, &g_pf.from_node,
-                       &g_pf.free_symbols, &g_pf.mode_class, &g_pf.key_log, &g_pf.open};
+                       &g_pf.facts_match, &g_pf.mode_class, &g_pf.key_log, &g_pf.open};
   for (int i = 0; i < 9; ++i) Py_XSETREF(*dst[i], Py_NewRef(PyTuple_GET_ITEM(refs, i)));
   Py_XSETREF(g_pf.s_hints, Py_NewRef(hints_attr));
   PyUnicode_InternInPlace(&g_pf.s_hints);
@@ -573,10 +467,6 @@ void portable_fast_set_counts(const std::vector<std::pair<std::string, uint64_t>
 
 void portable_fast_inject_fault(int n, bool commit) {
   (commit ? cache_detail::g_commit_fault : cache_detail::g_admit_fault) = n;
-}
-
-void portable_fast_clear_memo() {
-  cache_detail::memo_clear();
 }
 
 } // namespace fastfake

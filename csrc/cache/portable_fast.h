@@ -109,7 +109,6 @@ void portable_fast_set_stub_extract(PyObject* fn);
 void portable_fast_inject_stub_fault(int n);
 std::vector<std::pair<std::string, uint64_t>> portable_fast_counts();
 void portable_fast_set_counts(const std::vector<std::pair<std::string, uint64_t>>& counts);
-void portable_fast_clear_memo();
 // Testing: the next n admissions in C++ skip the signature comparison (what a
 // wrong admission would serve), or (commit) the next n commits skip the nested
 // calls' entries and counts.

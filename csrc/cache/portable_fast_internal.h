@@ -16,7 +16,7 @@ struct Refs {
   PyTypeObject* key = nullptr; // _DispatchCacheKey
   PyObject* bypass_entry = nullptr; // _DispatchCacheBypassEntry
   PyObject* from_node = nullptr; // _DeconstructedSymNode.from_node
-  PyObject* free_symbols = nullptr; // fastfake.cache.free_symbols.of
+  PyObject* facts_match = nullptr; // fastfake.cache.facts.match
   PyObject* mode_class = nullptr; // FakeTensorMode
   PyObject* key_log = nullptr; // fastfake.cache.portable._KEY_LOG (a list)
   PyObject* open = nullptr; // fastfake.cache.portable._OPEN ([frames open])

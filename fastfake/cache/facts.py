@@ -20,8 +20,13 @@ smaller set) rebuilds from scratch. The result is always what filtering the live
 collection would give: the test ``tests/test_facts.py`` compares the two over long
 random sequences of growth, removal and replacement.
 
+The facts in the results are interned (one object per value across ShapeEnvs), so
+that comparing a signature recorded in one ShapeEnv with another's costs no sympy
+comparison; the C++ admission of portable records asks :func:`match`.
+
 Nothing here keeps a ShapeEnv alive (the table is weakly keyed); it holds sympy
-expressions only, and each ShapeEnv's entry is bounded in closures."""
+expressions only, and each ShapeEnv's entry is bounded in closures, the interned
+facts in number."""
 from __future__ import annotations
 
 import weakref
@@ -61,14 +66,33 @@ def _state(env: Any) -> _EnvFacts:
     return st
 
 
+#: One object per value (sympy equality) for every fact a result holds, so that two
+#: ShapeEnvs' equal facts are the same objects: comparing a signature taken in one
+#: ShapeEnv with another's is then C-level (stored hashes, identity), not sympy's
+#: recursive ``__eq__`` per fact. Only speed depends on it: emptied when full, the
+#: comparisons are by value as before.
+_CANON: dict = {}
+MAX_CANON = 1 << 16
+
+
+def _canon(e: Any) -> Any:
+    found = _CANON.get(e)
+    if found is not None:
+        return found
+    if len(_CANON) >= MAX_CANON:
+        _CANON.clear()
+    _CANON[e] = e
+    return e
+
+
 def _axioms_over(items, involved: frozenset) -> frozenset:
     of = _free_symbols.of
-    return frozenset((k, v) for k, v in items if (fs := of(k)) and fs <= involved)
+    return frozenset((_canon(k), v) for k, v in items if (fs := of(k)) and fs <= involved)
 
 
 def _divisible_over(items, involved: frozenset) -> frozenset:
     of = _free_symbols.of
-    return frozenset(d for d in items if of(d) <= involved)
+    return frozenset(_canon(d) for d in items if of(d) <= involved)
 
 
 class _Kind:
@@ -136,8 +160,15 @@ def divisible(env: Any, symbols: tuple) -> frozenset:
     return _lookup(_state(env).divisible, _DIVISIBLE, env.divisible, symbols)
 
 
+def match(env: Any, symbols: tuple, axioms_then: frozenset, divisible_then: frozenset) -> bool:
+    """Whether ``env``'s facts over ``symbols`` are those a signature recorded
+    (the C++ admission of portable records asks this: csrc/cache/portable_fast.cpp)."""
+    return axioms(env, symbols) == axioms_then and divisible(env, symbols) == divisible_then
+
+
 def clear() -> None:
     _TABLE.clear()
+    _CANON.clear()
 
 
 def size() -> int:

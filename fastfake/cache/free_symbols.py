@@ -40,10 +40,7 @@ def ordered(symbols: Iterable) -> tuple:
 
 
 def clear() -> None:
-    from fastfake import _C
-
     _MEMO.clear()
-    _C.portable_fast_clear_memo()  # (the C++ admission's, csrc/cache/portable_fast.cpp)
 
 
 def size() -> int:

@@ -656,7 +656,7 @@ def setup(C: Any) -> None:
     C.setup_portable(before, learn, admit, commit, log_hit, replay)
     C.setup_portable_fast(
         (_PySymInputStub, _DeconstructedSymType, ft._DispatchCacheKey, ft._DispatchCacheBypassEntry,
-         _DeconstructedSymNode.from_node, _free_symbols.of, ft.FakeTensorMode, _KEY_LOG, _OPEN),
+         _DeconstructedSymNode.from_node, _facts.match, ft.FakeTensorMode, _KEY_LOG, _OPEN),
         _compat.backed_hints_attr(),
     )
     # (the new SymNodes of stock's keys a served first call stores, made in C++
