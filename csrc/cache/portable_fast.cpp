@@ -92,8 +92,6 @@ bool parse_sig(PyObject* per_symbol, std::vector<SigSym>& out) {
     b.size_like = PyTuple_GET_ITEM(e, 4) == Py_True;
     PyObject* rep = PyTuple_GET_ITEM(e, 5);
     b.rep = rep == Py_None ? nullptr : Py_NewRef(rep);
-    b.name = PyObject_GetAttr(b.sym, g_pf.s_name);
-    if (b.name == nullptr || !PyUnicode_Check(b.name)) return false;
     b.hash = PyObject_Hash(b.sym);
     if (b.hash == -1) return false;
   }
@@ -104,7 +102,7 @@ bool parse_sig(PyObject* per_symbol, std::vector<SigSym>& out) {
 
 FastRecord::~FastRecord() {
   for (auto& s : sig) {
-    for (PyObject** p : {&s.sym, &s.name, &s.hint, &s.lower, &s.upper, &s.rep}) Py_CLEAR(*p);
+    for (PyObject** p : {&s.sym, &s.hint, &s.lower, &s.upper, &s.rep}) Py_CLEAR(*p);
   }
   for (PyObject** p : {&axioms, &divisible, &validity, &bypasses, &calls, &entry}) Py_CLEAR(*p);
   own.release();
@@ -423,7 +421,6 @@ void portable_fast_setup(PyObject* refs, PyObject* hints_attr) {
     g_pf.s_env_cache = PyUnicode_InternFromString("fake_tensor_cache");
     g_pf.s_lower = PyUnicode_InternFromString("lower");
     g_pf.s_upper = PyUnicode_InternFromString("upper");
-    g_pf.s_name = PyUnicode_InternFromString("name");
     g_pf.s_extract = PyUnicode_InternFromString("extract");
     g_pf.s_reason = PyUnicode_InternFromString("reason");
     g_pf.s_cache = PyUnicode_InternFromString("cache");

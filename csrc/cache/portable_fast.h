@@ -39,7 +39,6 @@ struct KeyTemplate {
 // What static evaluation reads about one symbol of the signature's closure.
 struct SigSym {
   PyObject* sym = nullptr; // owned (all owned below)
-  PyObject* name = nullptr;
   PyObject* hint = nullptr;
   PyObject* lower = nullptr;
   PyObject* upper = nullptr;

@@ -31,7 +31,6 @@ struct Refs {
   PyObject* s_env_cache = nullptr;
   PyObject* s_lower = nullptr;
   PyObject* s_upper = nullptr;
-  PyObject* s_name = nullptr;
   PyObject* s_extract = nullptr;
   PyObject* s_reason = nullptr;
   PyObject* s_cache = nullptr;
