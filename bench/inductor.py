@@ -145,6 +145,18 @@ def _primed(spec_name: str, size: str, *, dynamic: bool, train: bool) -> str:
     return primed
 
 
+def _donate_primed(cache_dir: str, spec_name: str, size: str, *, dynamic: bool, train: bool) -> None:
+    """Keep a cold stock run's cache directory as the warm rows' primed one (the
+    same run :func:`_primed` would make), unless one is kept already."""
+    key = (spec_name, size, dynamic, train)
+    kept = _SHARED["primed"].get(key)
+    if kept is None or not os.path.isdir(kept):
+        primed = tempfile.mkdtemp(prefix="primed-", dir=_shared_root())
+        shutil.rmtree(primed)
+        shutil.copytree(cache_dir, primed)
+        _SHARED["primed"][key] = primed
+
+
 def _factory(*, warm: bool, dynamic: bool, train: bool):
     def make(model, inputs, *, spec=None, size="default"):
         if spec is None:
@@ -164,6 +176,9 @@ def _factory(*, warm: bool, dynamic: bool, train: bool):
                     shutil.copytree(primed, cache_dir)
                 rep = _run_child(spec.name, size, dynamic=dynamic, train=train, impl=impl,
                                  cache_dir=cache_dir, store_dir=store, fake_share=fake_share)
+                if primed is None and impl == "stock" and not fake_share:
+                    # a cold stock run fills exactly what the warm rows' priming run would
+                    _donate_primed(cache_dir, spec.name, size, dynamic=dynamic, train=train)
             finally:
                 shutil.rmtree(cache_dir, ignore_errors=True)
             if impl == "fastfake" and rep.get("selftest") != "disk":

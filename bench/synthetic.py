@@ -5,7 +5,7 @@ given are ignored and it builds its own module and inputs for ``size``.
 
 export_data_dependent
     ``torch.export.export(strict=False)`` of a module that, N times (N = 40 at size
-    ``default``, 5 at ``small``), turns a 128-element int64 tensor into Python ints
+    ``default``, 2 at ``small``), turns a 128-element int64 tensor into Python ints
     (``unbind`` + ``.item()`` on every element, each with ``torch._check(item >= 0)``),
     splits a data tensor with those sizes, flips each piece and concatenates them;
     under ``torch._dynamo.config.patch(capture_scalar_outputs=True)`` and, on
@@ -30,7 +30,7 @@ import torch.nn as nn
 from .records import GraphRecord, record_graph
 
 #: Repetitions of each program's block per size.
-DATA_DEPENDENT_N = {"small": 5, "default": 40}
+DATA_DEPENDENT_N = {"small": 2, "default": 40}
 SYMINT_BLOCKS = {"small": 6, "default": 60}
 #: Elements of each size tensor of export_data_dependent.
 SPLITS = 128
