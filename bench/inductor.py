@@ -134,27 +134,31 @@ def _shared_store() -> str:
     return _SHARED["store"]
 
 
-def _primed(spec_name: str, size: str, *, dynamic: bool, train: bool) -> str:
+def _primed_key(spec_name: str, size: str, dynamic: bool, train: bool) -> tuple[tuple, str]:
+    """The warm rows' primed cache directory for a model and settings: its key and
+    its path (made by :func:`_primed` or donated by :func:`_donate_primed`)."""
     key = (spec_name, size, dynamic, train)
-    primed = _SHARED["primed"].get(key)
-    if primed is None or not os.path.isdir(primed):
-        primed = tempfile.mkdtemp(prefix="primed-", dir=_shared_root())
-        _run_child(spec_name, size, dynamic=dynamic, train=train, impl="stock", cache_dir=primed,
+    return key, os.path.join(_shared_root(), "primed-" + "-".join(map(str, key)))
+
+
+def _primed(spec_name: str, size: str, *, dynamic: bool, train: bool) -> str:
+    key, path = _primed_key(spec_name, size, dynamic, train)
+    if key not in _SHARED["primed"]:
+        shutil.rmtree(path, ignore_errors=True)  # (a failed earlier attempt's)
+        os.makedirs(path)
+        _run_child(spec_name, size, dynamic=dynamic, train=train, impl="stock", cache_dir=path,
                    store_dir=_shared_store())
-        _SHARED["primed"][key] = primed
-    return primed
+        _SHARED["primed"][key] = path
+    return path
 
 
 def _donate_primed(cache_dir: str, spec_name: str, size: str, *, dynamic: bool, train: bool) -> None:
     """Keep a cold stock run's cache directory as the warm rows' primed one (the
     same run :func:`_primed` would make), unless one is kept already."""
-    key = (spec_name, size, dynamic, train)
-    kept = _SHARED["primed"].get(key)
-    if kept is None or not os.path.isdir(kept):
-        primed = tempfile.mkdtemp(prefix="primed-", dir=_shared_root())
-        shutil.rmtree(primed)
-        shutil.copytree(cache_dir, primed)
-        _SHARED["primed"][key] = primed
+    key, path = _primed_key(spec_name, size, dynamic, train)
+    if key not in _SHARED["primed"]:
+        shutil.copytree(cache_dir, path)
+        _SHARED["primed"][key] = path
 
 
 def _factory(*, warm: bool, dynamic: bool, train: bool):

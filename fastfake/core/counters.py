@@ -4,13 +4,13 @@ own (``_C.counters()``), and what the install-time self-test saves and puts back
 around its programs."""
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import importlib
-
 from fastfake import _C
 from fastfake.core import accelerations as _accelerations
+
 
 @dataclass(frozen=True)
 class ExtensionCounts:
