@@ -15,6 +15,7 @@ is printed and asserted (>= 90 %), with every fallback / reject reason.
 from __future__ import annotations
 
 import collections
+import os
 import itertools
 import time
 
@@ -200,3 +201,44 @@ def test_opinfo_fast_path_share(capsys):
     with capsys.disabled():
         print(text)
     assert share >= TARGET_SHARE, f"fast-path share {share:.1%} < {TARGET_SHARE:.0%}\n{text}"
+
+
+def test_the_opinfo_bookkeeping_finds_what_torch_s_finds():
+    """The OpInfo sweeps run with conftest's ``extract_test_fn`` (a frame walk that
+    skips ``inspect.stack()``'s source reads): it must find what torch's finds,
+    None in a pytest function, the running test inside a ``unittest.TestCase``, so
+    that the samples and their seeds are torch's."""
+    import unittest
+
+    import conftest
+    from torch.testing._internal import common_utils
+    from torch.testing._internal.opinfo import core
+
+    stock = conftest.STOCK_EXTRACT_TEST_FN["torch.testing._internal.common_utils"]
+    assert common_utils.extract_test_fn is conftest._extract_test_fn
+    assert core.extract_test_fn is conftest._extract_test_fn
+    assert stock() is None and conftest._extract_test_fn() is None
+
+    found = []
+
+    class Case(unittest.TestCase):
+        def test_probe(self):
+            def nested():
+                found.append((stock(), conftest._extract_test_fn()))
+
+            nested()
+
+    result = unittest.TextTestRunner(stream=open(os.devnull, "w")).run(Case("test_probe"))
+    assert result.wasSuccessful()
+    assert found == [(Case.test_probe, Case.test_probe)], found
+
+    op = next(o for o in OPS if o.name == "add")
+    seeded = []
+    for extract in (stock, conftest._extract_test_fn):
+        common_utils.extract_test_fn = core.extract_test_fn = extract
+        try:
+            torch.manual_seed(0)
+            seeded.append([s.input.clone() for s in itertools.islice(op.sample_inputs("cpu", torch.float32), 4)])
+        finally:
+            common_utils.extract_test_fn = core.extract_test_fn = conftest._extract_test_fn
+    assert all(torch.equal(a, b) for a, b in zip(*seeded, strict=True))
