@@ -266,25 +266,19 @@ def random_epochs(seed: int) -> None:
         random_steps(twin, rng, 120)
 
 
-@pytest.mark.parametrize("seed", range(3))
-def test_long_random_sequences_across_shape_envs(seed):
-    """Learned state over many ShapeEnvs in one process: epochs of seeded random
-    programs, each in new modes and ShapeEnvs (stock and fastfake side by side,
-    every step compared), programs recurring across epochs so first calls are
-    served from other epochs' entries; some epochs guard a symbol first (another
-    range and axiom), some use other shapes."""
-    random_epochs(seed)
-    s = fastfake.stats()
-    assert s.get("cache.symbolic.portable.served", 0) > 30, parity.counters_with_prefix(s, "cache.symbolic")
-
-
-@pytest.mark.parametrize("seed", range(3))
+# Seeds 0 and 1 of these programs run in tests/test_portable_fast.py, served by the
+# C++ admission with every decision compared with fastfake.cache.portable.admit's;
+# seed 2 runs here, admitted and committed by fastfake.cache.portable itself.
+# (The long random sequences over epochs of ShapeEnvs, random_epochs, run there
+# too, with the same comparison.)
+@pytest.mark.parametrize("seed", [2])
 def test_records_with_replaced_symbols_across_shape_envs(seed):
     """Programs that check two sizes equal in between (the ShapeEnv replaces one
     symbol by the other), each run again in new ShapeEnvs with every record kept,
     stock and fastfake side by side, every step compared: records whose call
     involves a replaced symbol are served in the later ShapeEnvs, as stock's miss
-    there, over the replacement closure's signature."""
+    there, over the replacement closure's signature (admitted and committed in
+    Python here)."""
     served_replaced = []
 
     def admit(mode, func, args, kwargs, record):

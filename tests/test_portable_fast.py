@@ -146,22 +146,30 @@ def verifier():
 
 @pytest.mark.parametrize("seed", range(3))
 def test_admission_equals_python_over_random_sequences(verifier, seed):
-    """Epochs of seeded random programs in new ShapeEnvs (tests/test_portable.py's
-    long random sequences): every decision equals fastfake.cache.portable.admit's and
-    every admitted key equals stock's."""
+    """Learned state over many ShapeEnvs in one process (tests/test_portable.py's
+    random_epochs): epochs of seeded random programs, each in new modes and
+    ShapeEnvs (stock and fastfake side by side, every step compared), programs
+    recurring across epochs so first calls are served from other epochs' records;
+    some epochs guard a symbol first (another range and axiom), some use other
+    shapes. Every C++ decision equals fastfake.cache.portable.admit's and every
+    admitted key equals stock's."""
     random_epochs(seed)
     assert not verifier.failures, verifier.failures[:5]
     assert verifier.admitted > 30 and verifier.nested > 0 and verifier.made > 0, vars(verifier)
     s = fastfake.stats()
     assert s["cache.symbolic.portable.admitted_python"] < verifier.admitted, s
+    assert s.get("cache.symbolic.portable.served", 0) > 30, parity.counters_with_prefix(s, "cache.symbolic")
 
 
 @pytest.mark.parametrize("seed", range(2))
 def test_admission_equals_python_with_replaced_symbols(verifier, seed):
     """The symbolic-views programs that check two sizes equal in between (the
     ShapeEnv replaces one symbol by the other): the closure signature decided in
-    C++ equals fastfake.cache.portable's, records over replaced symbols included."""
+    C++ equals fastfake.cache.portable's, records over replaced symbols included
+    and served in the later ShapeEnvs as stock's miss there (seed 2 runs in
+    tests/test_portable.py with the Python admission)."""
     fastfake.cache_clear()
+    fastfake.reset_stats()
     master = random.Random(seed)
     for _ in range(6):
         program = master.randrange(2)
@@ -169,6 +177,8 @@ def test_admission_equals_python_with_replaced_symbols(verifier, seed):
                    200, repeat=0.2, equate=0.06)
     assert not verifier.failures, verifier.failures[:5]
     assert verifier.admitted >= 10 and verifier.replaced > 0, vars(verifier)
+    s = fastfake.stats()
+    assert s.get("cache.symbolic.portable.served", 0) >= 10, parity.counters_with_prefix(s, "cache.symbolic")
 
 
 def test_a_skipped_signature_is_caught(verifier):
