@@ -205,3 +205,32 @@ def test_selftest_catches_an_unreplaced_expression():
 
 def test_unknown_source_stays_stock():
     unknown_source_stays_stock("SYMNODE_EXPR_SOURCES", "symnode_expr", still_on=_EXPR_PATCHED)
+
+
+def test_not_offered_when_the_class_has_an_instance_field():
+    """A SymNode class (or base) that defines one of the fields the C getter reads
+    from the instance (``_expr``, ``shape_env``, ``_expr_cache``, ``_expr_ver``)
+    is not offered; the class lookup says what ``dir`` says, for classes whose
+    metaclass lists attributes otherwise too."""
+    rule = _symnode_expr.rule()
+    for name in _symnode_expr._READ_FROM_INSTANCE:
+        setattr(SymNode, name, None)
+        try:
+            assert _symnode_expr.rule() is None, name
+        finally:
+            delattr(SymNode, name)
+        assert _symnode_expr.rule() == rule
+
+    class Base:
+        shape_env = None
+
+    class Meta(type):
+        def __dir__(cls):
+            return ["_expr"]
+
+    class Listed(metaclass=Meta):
+        pass
+
+    for cls in (SymNode, Base, type("Sub", (Base,), {}), Listed, int, torch.SymInt):
+        for name in (*_symnode_expr._READ_FROM_INSTANCE, "__init__", "expr", "__name__", "mro", "_hint"):
+            assert _symnode_expr._on_class(cls, name) == (name in dir(cls)), (cls, name)

@@ -36,6 +36,15 @@ from fastfake.common import compat as _compat
 _READ_FROM_INSTANCE = ("_expr", "shape_env", "_expr_cache", "_expr_ver")
 
 
+def _on_class(cls, name: str) -> bool:
+    """``name in dir(cls)``: for a class whose metaclass lists attributes as
+    ``type`` does, a name in the ``__dict__`` of the class or a base (``dir`` builds
+    and sorts the whole list, at every ``install()``)."""
+    if type(cls).__dir__ is not type.__dir__:
+        return name in dir(cls)
+    return any(name in vars(k) for k in cls.__mro__)
+
+
 def stock_property():
     from torch.fx.experimental.sym_node import SymNode
 
@@ -46,7 +55,7 @@ def rule() -> int | None:
     """The rule of the installed release's ``SymNode.expr`` (None: not offered)."""
     from torch.fx.experimental.sym_node import SymNode
 
-    if any(name in dir(SymNode) for name in _READ_FROM_INSTANCE):
+    if any(_on_class(SymNode, name) for name in _READ_FROM_INSTANCE):
         return None
     if SymNode.__setattr__ is not object.__setattr__:
         return None
