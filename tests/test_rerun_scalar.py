@@ -389,3 +389,46 @@ def test_can_be_switched_off(monkeypatch):
         assert s["cache.bypass.symbolic_scalar"] >= 1
     finally:
         fastfake.uninstall()
+
+
+def test_the_bypass_probe_gives_stock_s_reason_for_every_kind_of_symfloat():
+    """``stock_reason_for_symfloat`` (run at ``install()``) builds its SymFloat
+    without the ShapeEnv, so that it records no stack summary (whose first use
+    imports torch.export and Inductor); stock's key gives the same reason for a
+    backed and an unbacked SymFloat, and for a SymFloat computed from a SymInt."""
+    import subprocess
+    import sys
+
+    from torch._subclasses import fake_tensor as ft
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    def reason(make):
+        env = ShapeEnv()
+        mode = ft.FakeTensorMode(shape_env=env)
+        f = make(env, mode)
+        with mode:
+            x = torch.empty(2)
+        try:
+            mode._cache_key(ft._CacheKeyState(env), torch.ops.aten.add.Tensor, (x, f), {})
+        except ft._BypassDispatchCache as e:
+            return e.reason
+        return None
+
+    def backed(env, mode):
+        from torch._dynamo.source import ConstantSource
+
+        s = env.create_symbol(2.5, ConstantSource("f"))
+        return env.create_symfloatnode(s, hint=2.5, source=ConstantSource("f"))
+
+    def from_int(env, mode):
+        return _sym(mode, torch.randn(3, 4)).shape[0] / 2
+
+    probe = _rerun.stock_reason_for_symfloat()
+    assert probe == _rerun.SCALAR_REASON
+    for make in (lambda env, mode: env.create_unbacked_symfloat(), backed, from_int):
+        assert reason(make) == probe
+    code = ("import sys, torch\nfrom fastfake.cache import rerun\n"
+            "assert rerun.stock_reason_for_symfloat() == rerun.SCALAR_REASON\n"
+            "print(sorted(m for m in ('torch.export._trace', 'torch._inductor.codecache') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", (out.stdout, out.stderr[-2000:])

@@ -286,12 +286,17 @@ def admit(mode: Any, record: tuple, same_env: bool) -> bool:
 def stock_reason_for_symfloat() -> str | None:
     """The bypass reason stock's cache key raises for a SymFloat argument (checked
     on a tiny call), or None if it does not bypass."""
+    import sympy
+    from torch.fx.experimental.sym_node import SymNode
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
     env = ShapeEnv()
     mode = ft.FakeTensorMode(shape_env=env)
     try:
-        f = env.create_unbacked_symfloat()
+        # (a SymFloat of a backed symbol, as Dynamo's float inputs are, made without
+        # the ShapeEnv: creating an unbacked one records a stack summary, whose
+        # first use imports torch.export and Inductor, half a second at install())
+        f = torch.SymFloat(SymNode(sympy.Symbol("zf0"), env, float, 1.5))
         with mode:
             x = torch.empty(2)
         mode._cache_key(ft._CacheKeyState(env), torch.ops.aten.add.Tensor, (x, f), {})
