@@ -111,11 +111,11 @@ logging.getLogger("torch._subclasses.fake_tensor").setLevel(logging.CRITICAL)
 #: The longest files (seconds measured with --durations, 2 workers), started first so
 #: that no long file is left for the end of a two-worker run.
 SLOW_FIRST = (
-    "test_elementwise_opinfo.py", "test_portable.py", "test_bench_graphs.py", "test_portable_fast.py",
-    "test_cache_opinfo.py", "test_selftest_store.py", "test_cache_symbolic_opinfo.py", "test_stateful.py",
-    "test_symbolic_views_random.py", "test_rerun.py", "test_elementwise_properties.py", "test_bench_fresh.py",
-    "test_selftest.py", "test_shape_env_parity.py", "test_inductor.py", "test_rerun_scalar.py", "test_cli.py",
-    "test_fake_prop.py", "test_portable_nested.py",
+    "test_bench_graphs.py", "test_portable_fast.py", "test_selftest_store.py", "test_symbolic_views_random.py",
+    "test_stateful.py", "test_rerun.py", "test_bench_fresh.py", "test_selftest.py", "test_inductor.py",
+    "test_shape_env_parity.py", "test_elementwise_properties.py", "test_cache_symbolic_opinfo.py",
+    "test_elementwise_opinfo.py", "test_cache_opinfo.py", "test_rerun_scalar.py", "test_fake_prop.py", "test_cli.py",
+    "test_portable.py", "test_portable_nested.py",
 )
 
 
