@@ -170,6 +170,55 @@ def test_a_changed_process_runs_the_programs(tmp_path, first_install, before):
     assert got["report"]["store"] == "written" and len(_stored(tmp_path)) == 2
 
 
+def test_what_the_process_did_before_install_keeps_the_key(tmp_path, first_install):
+    """Fake tensors made before ``install()`` (modes, conversions, a symbolic
+    make_fx trace) change no part of the key: the kept result is read (a describer
+    counter of torch's meta_utils once made it another key per mode made)."""
+    _seeded(tmp_path, first_install)
+    got = _install_in(tmp_path, (
+        "import torch\n"
+        "from torch._subclasses.fake_tensor import FakeTensorMode\n"
+        "from torch.fx.experimental.proxy_tensor import make_fx\n"
+        "for _ in range(3):\n"
+        "    FakeTensorMode().from_tensor(torch.randn(2, 3))\n"
+        "make_fx(lambda x: x.sin().sum(0), tracing_mode='symbolic')(torch.randn(3, 4))"))
+    assert not got["ran"] and got["report"]["source"] == "disk", got["report"]
+
+
+def test_the_key_is_the_same_after_tracing_compiling_and_exporting():
+    """In one process, everything the key covers reads the same before and after
+    fake tensors, ShapeEnvs, make_fx, a dynamic compile and an export, run with
+    fastfake installed and then uninstalled: no counter or cache of torch or
+    fastfake is in the key (a module-level scalar that moves is found here)."""
+    out = in_subprocess(
+        "import json, warnings\n"
+        "warnings.filterwarnings('ignore')\n"
+        "import torch, fastfake\n"
+        "from fastfake.core import selftest_store as store\n"
+        "from torch._subclasses.fake_tensor import FakeTensorMode\n"
+        "from torch.fx.experimental.symbolic_shapes import ShapeEnv\n"
+        "from torch.fx.experimental.proxy_tensor import make_fx\n"
+        "fastfake.install(); fastfake.uninstall()\n"
+        "features = ['cache', 'elementwise']\n"
+        "before = store.components(features)\n"
+        "def f(x):\n"
+        "    return (x.sin() + 1).sum(0)\n"
+        "for on in (False, True):\n"
+        "    if on:\n"
+        "        fastfake.install()\n"
+        "    for _ in range(3):\n"
+        "        FakeTensorMode(shape_env=ShapeEnv()).from_tensor(torch.randn(3, 4))\n"
+        "    make_fx(f, tracing_mode='symbolic')(torch.randn(3 + on, 4))\n"
+        "    torch.compile(f, backend='aot_eager', dynamic=True)(torch.randn(5 + on, 4))\n"
+        "    torch.export.export(torch.nn.Linear(4, 2), (torch.randn(3, 4),))\n"
+        "fastfake.uninstall()\n"
+        "after = store.components(features)\n"
+        "print(json.dumps([k for k in before if before[k] != after[k]]))\n"
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [], out.stdout
+
+
 @pytest.mark.parametrize(
     "inject",
     ['fastfake._C._inject_fault(1, "device")', 'fastfake.tracing.fake_prop._fault = "rebind"'],

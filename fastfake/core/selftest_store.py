@@ -79,6 +79,15 @@ TORCH_MODULES = (
     "torch.utils._sympy.value_ranges",
 )
 
+#: Counters of those modules (module-level, or ``Class.attr``), left out of the key:
+#: they count what the process did before ``install()`` (a describer id per
+#: FakeTensorMode made, stock's cache hits and misses), not how torch behaves
+#: (tests/test_selftest_store.py finds them).
+VOLATILE_SCALARS = {
+    "torch._subclasses.meta_utils": frozenset({"DESCRIBER_NEXT_ID"}),
+    "torch._subclasses.fake_tensor": frozenset({"FakeTensorMode.cache_hits", "FakeTensorMode.cache_misses"}),
+}
+
 #: torch settings read by fake propagation and ShapeEnv.
 TORCH_CONFIGS = ("torch._functorch.config", "torch.fx.experimental._config")
 
@@ -171,6 +180,7 @@ def module_digest(mod: types.ModuleType) -> str:
     """The code of every function and method a module defines or holds, and its
     module-level scalars."""
     out: list[str] = []
+    volatile = VOLATILE_SCALARS.get(mod.__name__, frozenset())
     for name, v in sorted(vars(mod).items()):
         if isinstance(v, type):
             if v.__module__ != mod.__name__:
@@ -181,13 +191,14 @@ def module_digest(mod: types.ModuleType) -> str:
                 if callable(a) or isinstance(a, (staticmethod, classmethod, property)):
                     _callable(f"{name}.{attr}", a, out)
                 elif a is None or isinstance(a, (bool, int, float, str)):
-                    out.append(f"{name}.{attr}={a!r}")
+                    if f"{name}.{attr}" not in volatile:
+                        out.append(f"{name}.{attr}={a!r}")
         elif isinstance(v, types.ModuleType):
             continue
         elif callable(v):
             _callable(name, v, out)
         elif v is None or isinstance(v, (bool, int, float, str)):
-            if not name.startswith("__"):
+            if not name.startswith("__") and name not in volatile:
                 out.append(f"{name}={v!r}")
     return hashlib.blake2b("\n".join(out).encode(), digest_size=16).hexdigest()
 
