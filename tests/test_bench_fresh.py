@@ -115,3 +115,5 @@ def test_install_cost_processes():
     assert "install" not in stock and stock["import_torch"]["cpu"] > 0
     assert disk["selftest"] == "disk" and first["selftest"] == "run"
     assert disk["install"]["cpu"] > 0 and first["install"]["cpu"] > 0
+    # a first FakeTensorMode, timed before fastfake in every kind of process
+    assert all(r["first_mode"]["cpu"] > 0 for r in (stock, disk, first))
