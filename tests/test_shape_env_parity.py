@@ -18,6 +18,7 @@ import sympy
 import torch
 
 import fastfake
+import parity
 import wholetrace
 from fastfake.parity import crosscheck as _crosscheck
 from fastfake.parity import evals as _evals
@@ -55,6 +56,7 @@ def test_the_issue_plan_leaves_stock_s_shape_env():
     assert wholetrace.compare(ISSUE_PLAN) is None
 
 
+@parity.requires_symbolic_cache  # (nothing symbolic is served to skip evaluations otherwise)
 def test_skipping_the_evaluations_loses_the_guard():
     """The comparison can fail: served calls that skip the evaluations of stock's
     kernel (fastfake before the replays) end with a guard fewer."""
@@ -84,6 +86,7 @@ def _run_issue_in_process() -> None:
             raise (fastfake.CrosscheckError if kind == "CrosscheckError" else RuntimeError)(msg)
 
 
+@parity.requires_symbolic_cache
 def test_crosscheck_names_evaluations_a_served_call_skipped(installed):
     fastfake.uninstall()
     fastfake.cache_clear()
