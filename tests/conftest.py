@@ -86,6 +86,10 @@ def _extract_test_fn():
     return None
 
 
+#: torch's own extract_test_fn, per module it was replaced in (tests compare with it)
+STOCK_EXTRACT_TEST_FN: dict = {}
+
+
 def pytest_collection_finish(session) -> None:
     """Where the collected test modules imported torch's OpInfo machinery, its
     ``extract_test_fn`` is the frame walk above (nothing else of it is imported
@@ -96,10 +100,6 @@ def pytest_collection_finish(session) -> None:
             if module.extract_test_fn is not _extract_test_fn:
                 STOCK_EXTRACT_TEST_FN.setdefault(name, module.extract_test_fn)
             module.extract_test_fn = _extract_test_fn
-
-
-#: torch's own extract_test_fn, per module it was replaced in (tests compare with it)
-STOCK_EXTRACT_TEST_FN: dict = {}
 
 
 # Stock FakeTensorMode logs every failing meta kernel with a full traceback at

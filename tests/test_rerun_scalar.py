@@ -396,9 +396,7 @@ def test_the_bypass_probe_gives_stock_s_reason_for_every_kind_of_symfloat():
     without the ShapeEnv, so that it records no stack summary (whose first use
     imports torch.export and Inductor); stock's key gives the same reason for a
     backed and an unbacked SymFloat, and for a SymFloat computed from a SymInt."""
-    import subprocess
-    import sys
-
+    from faults import in_subprocess
     from torch._subclasses import fake_tensor as ft
     from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
@@ -430,5 +428,5 @@ def test_the_bypass_probe_gives_stock_s_reason_for_every_kind_of_symfloat():
     code = ("import sys, torch\nfrom fastfake.cache import rerun\n"
             "assert rerun.stock_reason_for_symfloat() == rerun.SCALAR_REASON\n"
             "print(sorted(m for m in ('torch.export._trace', 'torch._inductor.codecache') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    out = in_subprocess(code)
     assert out.returncode == 0 and out.stdout.strip() == "[]", (out.stdout, out.stderr[-2000:])
