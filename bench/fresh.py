@@ -166,8 +166,9 @@ def child(args) -> dict:
         hf_logging.set_verbosity_error()
     except Exception:
         pass
-    from . import harness, models, workloads
+    from . import determinism, harness, models, workloads
 
+    determinism.pin()  # graphs compared across processes: stock's address-dependent order fixed
     wl = workloads.get(args.workload)
     if not args.no_warmup:
         t = _clock()

@@ -236,8 +236,10 @@ def _child(args) -> None:
     from torch._dynamo.utils import compilation_time_metrics, counters
     from torch._inductor.graph import GraphLowering
 
-    from . import models, timers
+    from . import determinism, models, timers
     from .records import _sum_outputs
+
+    determinism.pin()  # output code compared across processes: stock's address-dependent order fixed
 
     spec = models.get(args.model)
     model, inputs = spec.create(args.size)

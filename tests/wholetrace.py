@@ -273,9 +273,19 @@ def run_trace(item: dict) -> dict:
     return out
 
 
+def _pin_stock_order() -> None:
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    from bench import determinism
+
+    determinism.pin()
+
+
 def run_world(plan: list[dict], world: str, out_path: str) -> None:
     import torch
 
+    _pin_stock_order()  # stock's address-dependent order, fixed alike in both worlds
     torch.manual_seed(0)
     if world == "fastfake":
         import fastfake
@@ -404,7 +414,7 @@ def shrink(plan: list[dict], env: dict | None = None, log=print) -> list[dict]:
 def repro(plan: list[dict]) -> str:
     """A standalone script printing the last trace's guards, for stock or fastfake."""
     return (
-        "import json, sys\nsys.path.insert(0, 'tests')\nimport wholetrace\n"
+        "import json, sys\nsys.path[:0] = ['.', 'tests']\nimport wholetrace\nwholetrace._pin_stock_order()\n"
         "if sys.argv[1:] == ['fastfake']:\n    import fastfake; fastfake.install()\n"
         f"plan = json.loads({json.dumps(json.dumps(plan))})\n"
         "for item in plan:\n    out = wholetrace.run_trace(item)\n"
