@@ -9,6 +9,8 @@ only on torch 2.9.0); runs on PJRT's CPU client (``PJRT_DEVICE=CPU`` unless set)
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import pytest
 
@@ -44,6 +46,32 @@ def _restore(compile_state_restored):
     yield
 
 
+def _xla_backward_fails() -> bool:
+    """torch's autograd engine sizes its per-device ready queues once per process, at
+    the first backward. A backward that ran before torch_xla registered its device
+    (another test file in the same worker) leaves XLA without a queue, and every XLA
+    backward in the process then fails an internal assert in ``engine.cpp``, stock or
+    not. A tiny XLA backward tells."""
+    import torch_xla
+
+    y = torch.ones(2, device=torch_xla.device(), requires_grad=True)
+    try:
+        (y * 2).sum().backward()
+    except RuntimeError as e:
+        if "device_ready_queues_" in str(e):
+            return True
+        raise
+    return False
+
+
+def _in_fresh_process(nodeid: str) -> None:
+    """Run one test of this file in a fresh interpreter: torch_xla is imported there
+    before any backward."""
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"{__file__}::{nodeid}"],
+                       capture_output=True, text=True, timeout=1200, env={**os.environ, "PJRT_DEVICE": "CPU"})
+    assert r.returncode == 0 and "1 passed" in r.stdout, r.stdout[-4000:] + r.stderr[-2000:]
+
+
 def _capture(model, workload, impl):
     """One openxla compile + call from a fresh state (torch_xla's computation cache
     emptied); returns its records and the XLA lowering counters of that run."""
@@ -56,7 +84,9 @@ def _capture(model, workload, impl):
     "model,workload",
     [("bert", "compile_openxla"), ("resnet", "compile_openxla"), ("bert", "compile_openxla_train")],
 )
-def test_openxla_graphs_and_outputs_identical(model, workload):
+def test_openxla_graphs_and_outputs_identical(model, workload, request):
+    if workload.endswith("_train") and _xla_backward_fails():
+        return _in_fresh_process(request.node.name)
     stock, stock_times = _capture(model, workload, "stock")
     fastfake.reset_stats()
     fast, fast_times = _capture(model, workload, "fastfake")
