@@ -9,6 +9,7 @@
 #include "cache/item_memo.h"
 #include "symbolic/symnode_expr.h"
 #include "symbolic/symnode_int.h"
+#include "tracing/pytree.h"
 #include "common/file_listing.h"
 #include "stock/calls.h"
 #include "symbolic/symnode_memo.h"
@@ -301,6 +302,21 @@ PYBIND11_MODULE(_C, m) {
       "symnode_int_method",
       []() { return steal_or_throw(symnode_int_method()); },
       "What SymNode.maybe_as_int becomes: a method computing stock's body in C.");
+  m.def(
+      "setup_pytree",
+      [](py::handle supported, py::handle tuple_def, py::handle list_def, py::handle dict_def, py::handle map_only,
+         py::handle map, py::handle leaves) {
+        pytree_setup(supported.ptr(), tuple_def.ptr(), list_def.ptr(), dict_def.ptr(), map_only.ptr(), map.ptr(),
+                     leaves.ptr());
+      },
+      "Binds torch.utils._pytree's registry, its tuple / list / dict entries and stock's three functions.");
+  m.def(
+      "pytree_functions",
+      []() { return steal_or_throw(pytree_functions()); },
+      "(tree_map_only, tree_map, tree_leaves) in C (csrc/tracing/pytree.cpp).");
+  m.def("set_pytree_check", [](py::handle check) { pytree_set_check(check.ptr()); });
+  m.def("pytree_counts", []() { return pytree_counts(); });
+  m.def("pytree_set_counts", [](const std::map<std::string, uint64_t>& c) { pytree_set_counts(c); });
   m.def("set_symnode_int_check", [](py::handle check) { symnode_int_set_check(check.ptr()); });
   m.def("symnode_int_counts", []() { return symnode_int_counts(); });
   m.def("symnode_int_set_counts", [](const std::map<std::string, uint64_t>& c) {
@@ -622,11 +638,13 @@ PYBIND11_MODULE(_C, m) {
           symnode_int_inject_fault(n);
         } else if (kind == "item_memo") {
           item_memo_inject_fault(n);
+        } else if (kind == "pytree") {
+          pytree_inject_fault(n);
         } else {
           throw py::value_error(
               "_inject_fault: kind is 'dtype', 'device', 'convert', 'portable', 'portable_admit', "
               "'portable_commit', 'rerun', "
-              "'symnode', 'symnode_expr', 'symnode_int' or 'item_memo'");
+              "'symnode', 'symnode_expr', 'symnode_int', 'item_memo' or 'pytree'");
         }
       },
       py::arg("n"),

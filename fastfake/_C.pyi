@@ -462,6 +462,27 @@ def symnode_int_counts() -> dict[str, int]:
 def symnode_int_set_counts(counts: dict[str, int]) -> None:
     """Put saved counts back (missing names are zero)."""
 
+def setup_pytree(supported_nodes: dict, tuple_def: Any, list_def: Any, dict_def: Any, stock_map_only: Any,
+                 stock_map: Any, stock_leaves: Any) -> None:
+    """Bind ``torch.utils._pytree.SUPPORTED_NODES``, the entries it holds for tuple, list
+    and dict (a call while it holds others goes to stock) and stock's ``tree_map_only``,
+    ``tree_map`` and ``tree_leaves`` (csrc/tracing/pytree.cpp, fastfake/tracing/pytree.py)."""
+
+def pytree_functions() -> tuple[Any, Any, Any]:
+    """``(tree_map_only, tree_map, tree_leaves)`` as C functions: stock's result over
+    plain trees (tuple / list / dict containers, leaves the registry cannot claim),
+    stock's function for every other call."""
+
+def set_pytree_check(check: Any) -> None:
+    """crosscheck: ``check(tree, value, leaves_only)`` after every served call (None: off)."""
+
+def pytree_counts() -> dict[str, int]:
+    """``{map_only,map,leaves}.served`` and ``stock.{arguments,predicate,function,node,
+    registry,depth}`` (calls handed to stock's function, by reason)."""
+
+def pytree_set_counts(counts: dict[str, int]) -> None:
+    """Put saved counts back (missing names are zero)."""
+
 def setup_detach(stock: Any) -> None:
     """Bind stock's ``fast_detach`` (called for every case :func:`fast_detach` does
     not serve)."""
@@ -558,7 +579,8 @@ def _inject_fault(n: int, kind: str = "dtype") -> None:
     ``_expr``; ``kind="symnode_int"``: the next ``n`` ``SymNode.maybe_as_int`` calls
     whose answer is an int answer None; ``kind="item_memo"``: the next ``n`` served
     ``.item()`` repeats read the raw ``_item_memo`` attribute, skipping the memo
-    descriptor's staleness check."""
+    descriptor's staleness check; ``kind="pytree"``: the next ``n`` served pytree maps
+    rebuild tuples as lists (and lists of leaves come reversed)."""
 
 def _faults_requested() -> int:
     """Testing only: how many non-zero faults :func:`_inject_fault` was asked for in

@@ -16,7 +16,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 #: folders before it. The top-level modules (the public API, cli) may import any.
 PY_LAYERS = ("common", "parity", "symbolic", "tracing", "convert", "elementwise", "stock", "cache", "core")
 #: C++ subsystems, lowest first; module.cpp (the bindings) may include any.
-CPP_LAYERS = ("common", "stock", "symbolic", "cache", "elementwise", "convert", "dispatch")
+CPP_LAYERS = ("common", "stock", "symbolic", "tracing", "cache", "elementwise", "convert", "dispatch")
 
 
 def _py_modules() -> dict[str, pathlib.Path]:

@@ -14,6 +14,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 import fastfake
 from fastfake.common import compat as _compat
 from fastfake.tracing import fake_prop as _fake_prop
+from fastfake.tracing import pytree as _pytree
 from fastfake.cache import item_memo as _item_memo
 from fastfake.cache import rerun as _rerun
 from fastfake.symbolic import symnode_memo as _symnode
@@ -53,6 +54,8 @@ def test_passes_here_and_every_feature_served():
         expected.add("symnode_int")
     if _item_memo.available():
         expected.add("cache_item_memo")
+    if _pytree.available():
+        expected.add("pytree")
     assert set(report["passed"]) == expected
     assert all(report["passed"].values())
     # Each feature served results itself, so the comparison proved something.

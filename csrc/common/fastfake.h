@@ -9,6 +9,7 @@
 //   stock/       stock's cache key in C++, stock's cache statistics for served calls,
 //                calls handed to stock per overload
 //   symbolic/    SymNode arithmetic memo, SymNode.expr, SymNode.maybe_as_int
+//   tracing/     the tracing stack around the ops: pytree maps over plain trees
 //   cache/       the per-op result cache: keys (the global part of which the
 //                elementwise signatures share: cache.h), learning, rebuilding,
 //                synthesised outputs, portable records, reruns, item memo

@@ -429,6 +429,29 @@ def fake_prop_proven() -> bool:
     return fake_prop_source_digest() in FAKE_PROP_SOURCES
 
 
+#: Digest of the stock pytree functions ``csrc/tracing/pytree.cpp`` stands for
+#: (``stock_sources.pytree_functions``) -> the releases it was proven on.
+PYTREE_SOURCES: dict[str, str] = {
+    "13c338e2a4abefb9": "2.9.0",
+    "4a8b3b7c50c4dace": "2.13.0, 2.14.1, 2.15.0",
+}
+
+
+@functools.cache
+def pytree_source_digest() -> str | None:
+    """Digest of what fastfake/tracing/pytree.py's C functions stand for (None if a
+    source cannot be read)."""
+    from fastfake.common.stock_sources import pytree_functions
+
+    return _source_digest(lambda source: "\n--\n".join(source(fn) for fn in pytree_functions()), PYTREE_SOURCES)
+
+
+def pytree_sources_proven() -> bool:
+    """Stock's pytree functions are source-identical to those of a release the C maps
+    were proven on (fastfake/tracing/pytree.py)."""
+    return pytree_source_digest() in PYTREE_SOURCES
+
+
 #: Digest of stock's ``SymNode.expr`` getter -> (the rule ``csrc/symbolic/symnode_expr.cpp``
 #: computes for it, the releases it was proven on). Rules: 1 = 2.13's
 #: ``is_number`` test, 2 = 2.14's ``is_Number``, 3 = 2.15's ``is_Number`` or

@@ -50,3 +50,17 @@ def fake_prop_functions() -> list[object]:
         symbolic_shapes.rebind_unbacked,
         symbolic_shapes.resolve_unbacked_bindings,
     ]
+
+
+def pytree_functions() -> list[object]:
+    """The stock functions ``csrc/tracing/pytree.cpp`` stands for (fastfake/tracing/pytree.py):
+    ``tree_map_only`` and ``map_only``, ``tree_map``, ``tree_flatten``, ``tree_leaves``
+    and ``tree_iter``, what decides a leaf, ``TreeSpec.unflatten`` and the tuple, list
+    and dict entries of the registry. Read from ``torch.utils._pytree`` itself, which
+    fastfake never patches."""
+    import torch.utils._pytree as p
+
+    return [p.tree_map_only, p.map_only, p.tree_map, p.tree_flatten, p.tree_leaves, p.tree_iter,
+            p.tree_is_leaf, p._get_node_type, p.is_namedtuple_class, p.TreeSpec.unflatten,
+            p._tuple_flatten, p._tuple_unflatten, p._list_flatten, p._list_unflatten,
+            p._dict_flatten, p._dict_unflatten]

@@ -181,6 +181,15 @@ ACCELERATIONS: tuple[Acceleration, ...] = (
         legacy="FASTFAKE_NO_FAKE_PROP", counts="fastfake.tracing.fake_prop",
         module="fastfake/tracing/fake_prop.py"),
     Acceleration(
+        "pytree", "pytree maps in the tracing stack",
+        "`torch.utils._pytree.tree_map_only` / `tree_map` / `tree_leaves` as functional and fake tensors and AOTAutograd call them",
+        "the stock functions it stands for are source-identical to a proven release; plain trees only; self-test",
+        ("pytree.map_only.served", "pytree.map.served", "pytree.leaves.served"), "pytree.", "either",
+        available="fastfake.tracing.pytree:available", apply="fastfake.tracing.pytree:apply",
+        crosscheck="stock's flattening of the same tree: the same leaves, the same structure, fresh containers",
+        counts="ext:pytree_counts,pytree_set_counts",
+        module="csrc/tracing/pytree.cpp, fastfake/tracing/pytree.py"),
+    Acceleration(
         "symnode_expr", "`SymNode.expr`",
         "the Python property",
         "source-identical to a proven release; self-test",

@@ -549,6 +549,95 @@ def _fake_prop_program(mode, dev: str) -> list:
     return out
 
 
+def _pytree_program(mode, dev: str) -> list:
+    """The pytree maps the tracing modules call (``functional_tensor.pytree``: stock's
+    module, or fastfake's view of it), over plain trees (nested tuples, lists and
+    dicts with int and str keys, empty ones, None, scalars, strings, fake tensors,
+    SymInts) and trees the C path hands to stock (a namedtuple, an OrderedDict, a
+    deque, a torch.Size): the results, which containers are fresh, the order of the
+    calls, an error raised at the second leaf; then a whole AOTAutograd trace
+    (forward and backward graph code) through every call site."""
+    import collections
+
+    from torch._subclasses import functional_tensor as ft
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+    p = ft.pytree
+    x = _symbolic_input(mode, dev, 3, 4)
+    y = torch.empty(2, device=dev)
+    s = x.shape[0]
+    point = collections.namedtuple("point", "a b")
+    trees = [x, None, 5, "k", (), [], {}, (x,), [x, (None, 2.5)], {"b": x, "a": [s, "k", y]},
+             ((x, [y, {}]), {"z": (None,)}), [[], [[]], ()], {1: x, "1": y, (2, 3): s},
+             point(x, 2), collections.OrderedDict(a=x), collections.deque([x, y]), torch.Size([2, 3]),
+             [x, point(y, s)]]
+
+    def fresh(tree, result):
+        # which containers of the result are the input's own objects
+        if type(tree) in (tuple, list):
+            return [result is tree, [fresh(a, b) for a, b in zip(tree, result)]]
+        if type(tree) is dict:
+            return [result is tree, list(result), [fresh(tree[k], result[k]) for k in tree]]
+        return None
+
+    out = []
+    for i, tree in enumerate(trees):
+        log: list = []
+
+        def f(v):
+            log.append(type(v).__name__)
+            return v.t() if isinstance(v, torch.Tensor) and v.dim() == 2 else v
+
+        r1 = p.tree_map_only(torch.Tensor, f, tree)
+        r2 = p.tree_map_only((torch.SymInt, str), lambda v: ("seen", v), tree)
+        r3 = p.tree_map(lambda v: v, tree)
+        r4 = p.tree_leaves(tree)
+        r5 = p.tree_map_only(torch.Tensor, f, tree, None)
+        calls = []
+
+        def second_fails(v):
+            calls.append(type(v).__name__)
+            if len(calls) == 2:
+                raise ValueError("second leaf")
+            return v
+
+        try:
+            p.tree_map(second_fails, tree)
+            err = None
+        except ValueError as e:
+            err = str(e)
+        desc = repr([type(r).__name__ for r in (r1, r2, r3, r4, r5)]) + repr(
+            [fresh(tree, r) for r in (r1, r3)]) + repr(log) + repr((calls, err))
+        out.append((f"tree {i}", (x, y), (r1, r2, r3, r4, r5, desc)))
+
+    def fn(a, b):
+        parts = torch.split(a * 2, 2)
+        m, v = torch.var_mean(b, 0, keepdim=True)
+        return {"p": parts[0].sum() + parts[-1].sum(), "q": [m, v.add(1)]}, (a.t(),)
+
+    codes: list = []
+
+    def compiler(gm, example_inputs):
+        codes.append(gm.code)
+        return gm
+
+    from functorch.compile import aot_function, make_boxed_func
+
+    def boxed(gm, example_inputs):
+        compiler(gm, example_inputs)
+        return make_boxed_func(gm)
+
+    with unset_fake_temporarily():
+        a = torch.randn(4, 3, requires_grad=True)
+        b = torch.randn(5, 3, requires_grad=True)
+        res = aot_function(fn, fw_compiler=boxed, bw_compiler=boxed)(a, b)
+        loss = res[0]["p"] + res[0]["q"][0].sum() + res[0]["q"][1].sum() + res[1][0].sum()
+        loss.backward()
+        shapes = [tuple(t.shape) for t in (res[0]["q"][0], res[0]["q"][1], res[1][0])]
+    out.append(("AOTAutograd trace", (), repr((codes, shapes, type(res).__name__, sorted(res[0])))))
+    return out
+
+
 # (feature, program, needs a ShapeEnv, devices it runs on)
 def _groups() -> list[tuple[str, Program, bool, tuple[str, ...]]]:
     accel = ["cuda"]
@@ -569,6 +658,7 @@ def _groups() -> list[tuple[str, Program, bool, tuple[str, ...]]]:
         ("fake_prop", _fake_prop_program, True, ("cpu",)),
         ("symnode_expr", _symnode_expr_program, True, ("cpu",)),
         ("symnode_int", _symnode_int_program, True, ("cpu",)),
+        ("pytree", _pytree_program, True, ("cpu",)),
     ]
 
 

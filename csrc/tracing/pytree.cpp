@@ -1,0 +1,404 @@
+// torch.utils._pytree's tree_map_only / tree_map / tree_leaves in C.
+//
+// FunctionalTensorMode.__torch_dispatch__ unwraps every op's arguments and wraps
+// its outputs with `pytree.tree_map_only(...)`, and AOTAutograd and FakeTensorMode
+// map over arguments with `pytree.tree_map` / `tree_leaves`: per op, a recursive
+// Python flatten (TreeSpec objects, a registry lookup and a namedtuple test per
+// node), a `functools.wraps` closure and a recursive unflatten.
+//
+// Stock (torch/utils/_pytree.py, every supported release):
+//   tree_map_only(pred, func, tree) = tree_map(map_only(pred)(func), tree)
+//   tree_map(func, tree)            = spec.unflatten(map(func, leaves)) where
+//                                      leaves, spec = tree_flatten(tree)
+//   tree_leaves(tree)               = list(tree_iter(tree))
+// with a node being a value whose type (namedtuple classes counted as
+// `namedtuple`) is in SUPPORTED_NODES, and tuple / list / dict flattened into
+// their items / items / values (keys kept as the context) and rebuilt as
+// tuple(values) / list(values) / dict(zip(keys, values)).
+//
+// The C path takes a call only when the tree's containers are exactly tuple,
+// list and dict (their registry entries still those seen at setup) and every
+// other value is a leaf the registry cannot claim: not a tuple, list or dict
+// subclass (namedtuples, torch.Size, OrderedDict, immutable_list, ...), of a
+// type whose metaclass hashes and compares as `type` does (so the registry
+// lookup runs no Python) and not in SUPPORTED_NODES. It then does what stock
+// does in stock's order: the whole tree flattened first (no Python runs), then
+// `pred` (isinstance with a type or a tuple of types) and `func` per leaf in
+// order, then the containers rebuilt from what the flattening saw (fresh
+// tuples, lists and dicts; the dict keys in their order, inserted one by one as
+// `dict(zip(...))` does). Anything else -- keyword arguments, `is_leaf`, more
+// trees, another predicate (a callable, a union), a `func` that is not a
+// function, builtin or bound method (stock's `functools.wraps` reads its
+// attributes), a deeper tree than 64 levels -- calls stock's function with the
+// same arguments, counted by reason. Errors raised by `pred` or `func`
+// propagate as stock's would, after the same calls.
+#include "tracing/pytree.h"
+
+#include <vector>
+
+namespace fastfake {
+
+namespace {
+
+PyObject* g_supported = nullptr;
+PyObject* g_defs[3] = {nullptr, nullptr, nullptr}; // tuple, list, dict NodeDefs
+PyObject* g_stock[3] = {nullptr, nullptr, nullptr}; // map_only, map, leaves
+PyObject* g_check = nullptr;
+int g_fault = 0;
+constexpr int kMaxDepth = 64;
+
+enum Count : size_t {
+  MapOnlyServed,
+  MapServed,
+  LeavesServed,
+  StockArguments,
+  StockPredicate,
+  StockFunction,
+  StockNode,
+  StockRegistry,
+  StockDepth,
+  NumCounts
+};
+const char* const kCountNames[NumCounts] = {"map_only.served", "map.served", "leaves.served",
+                                            "stock.arguments", "stock.predicate", "stock.function",
+                                            "stock.node", "stock.registry", "stock.depth"};
+uint64_t g_counts[NumCounts] = {};
+
+enum Kind : int32_t { Leaf = 0, Tuple = 1, List = 2, Dict = 3 };
+
+struct Flat {
+  std::vector<PyObject*> leaves; // borrowed while the tree is alive; owned below
+  std::vector<int32_t> spec; // preorder: kind, then for containers the count
+  std::vector<PyObject*> keys; // owned: each dict's keys, in order
+  ~Flat() {
+    for (PyObject* k : keys) Py_DECREF(k);
+  }
+};
+
+// 1: flattened; 0: not plain (`why` says why; no Python ran); -1 never (no errors
+// can happen: only C-level reads).
+int flatten(PyObject* x, Flat& f, int depth, Count* why) {
+  if (depth > kMaxDepth) {
+    *why = StockDepth;
+    return 0;
+  }
+  PyTypeObject* t = Py_TYPE(x);
+  if (t == &PyTuple_Type) {
+    const Py_ssize_t n = PyTuple_GET_SIZE(x);
+    f.spec.push_back(Tuple);
+    f.spec.push_back(static_cast<int32_t>(n));
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      if (flatten(PyTuple_GET_ITEM(x, i), f, depth + 1, why) == 0) return 0;
+    }
+    return 1;
+  }
+  if (t == &PyList_Type) {
+    const Py_ssize_t n = PyList_GET_SIZE(x);
+    f.spec.push_back(List);
+    f.spec.push_back(static_cast<int32_t>(n));
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      if (flatten(PyList_GET_ITEM(x, i), f, depth + 1, why) == 0) return 0;
+    }
+    return 1;
+  }
+  if (t == &PyDict_Type) {
+    const Py_ssize_t n = PyDict_GET_SIZE(x);
+    PyObject* keys = PyList_New(n);
+    if (keys == nullptr) {
+      PyErr_Clear();
+      *why = StockNode;
+      return 0;
+    }
+    f.keys.push_back(keys);
+    f.spec.push_back(Dict);
+    f.spec.push_back(static_cast<int32_t>(n));
+    Py_ssize_t pos = 0, i = 0;
+    PyObject *k, *v;
+    // (the values' flattening runs no Python, so the dict cannot change under it)
+    while (PyDict_Next(x, &pos, &k, &v)) {
+      Py_INCREF(k);
+      PyList_SET_ITEM(keys, i++, k);
+      if (flatten(v, f, depth + 1, why) == 0) return 0;
+    }
+    return 1;
+  }
+  if (PyTuple_Check(x) || PyList_Check(x) || PyDict_Check(x)) {
+    *why = StockNode; // namedtuples, structseqs, torch.Size, OrderedDict, defaultdict, immutable_*
+    return 0;
+  }
+  PyTypeObject* meta = Py_TYPE(reinterpret_cast<PyObject*>(t));
+  if (meta->tp_hash != PyType_Type.tp_hash || meta->tp_richcompare != PyType_Type.tp_richcompare) {
+    *why = StockNode; // looking the type up could run Python
+    return 0;
+  }
+  const int registered = PyDict_Contains(g_supported, reinterpret_cast<PyObject*>(t));
+  if (registered != 0) {
+    if (registered < 0) PyErr_Clear();
+    *why = StockNode;
+    return 0;
+  }
+  f.spec.push_back(Leaf);
+  f.leaves.push_back(x);
+  return 1;
+}
+
+bool registry_unchanged() {
+  if (g_supported == nullptr || !PyDict_CheckExact(g_supported)) return false;
+  PyObject* types[3] = {reinterpret_cast<PyObject*>(&PyTuple_Type), reinterpret_cast<PyObject*>(&PyList_Type),
+                        reinterpret_cast<PyObject*>(&PyDict_Type)};
+  for (int i = 0; i < 3; ++i) {
+    if (PyDict_GetItemWithError(g_supported, types[i]) != g_defs[i]) {
+      PyErr_Clear();
+      return false;
+    }
+  }
+  return true;
+}
+
+// Rebuilds the tree from `f.spec` with `values` (one new reference per leaf,
+// consumed). New reference or nullptr with an error.
+PyObject* build(const Flat& f, std::vector<PyObject*>& values, size_t& s, size_t& leaf, size_t& key, bool fault) {
+  const int32_t kind = f.spec[s++];
+  if (kind == Leaf) {
+    PyObject* v = values[leaf];
+    values[leaf++] = nullptr;
+    return v;
+  }
+  const int32_t n = f.spec[s++];
+  if (kind == Dict) {
+    PyObject* keys = f.keys[key++];
+    PyObject* out = PyDict_New();
+    if (out == nullptr) return nullptr;
+    for (int32_t i = 0; i < n; ++i) {
+      PyObject* v = build(f, values, s, leaf, key, fault);
+      if (v == nullptr || PyDict_SetItem(out, PyList_GET_ITEM(keys, i), v) < 0) {
+        Py_XDECREF(v);
+        Py_DECREF(out);
+        return nullptr;
+      }
+      Py_DECREF(v);
+    }
+    return out;
+  }
+  const bool tuple = kind == Tuple && !fault;
+  PyObject* out = tuple ? PyTuple_New(n) : PyList_New(n);
+  if (out == nullptr) return nullptr;
+  for (int32_t i = 0; i < n; ++i) {
+    PyObject* v = build(f, values, s, leaf, key, fault);
+    if (v == nullptr) {
+      Py_DECREF(out);
+      return nullptr;
+    }
+    if (tuple) {
+      PyTuple_SET_ITEM(out, i, v);
+    } else {
+      PyList_SET_ITEM(out, i, v);
+    }
+  }
+  return out;
+}
+
+PyObject* to_stock(int which, Count why, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
+  g_counts[why]++;
+  return PyObject_Vectorcall(g_stock[which], args, nargsf, kwnames);
+}
+
+bool plain_function(PyObject* func) {
+  return PyFunction_Check(func) || PyCFunction_Check(func) || PyMethod_Check(func);
+}
+
+bool plain_predicate(PyObject* pred) {
+  if (PyType_Check(pred)) return true;
+  if (!PyTuple_CheckExact(pred)) return false;
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(pred); ++i) {
+    if (!PyType_Check(PyTuple_GET_ITEM(pred, i))) return false;
+  }
+  return true;
+}
+
+void release(std::vector<PyObject*>& values) {
+  for (PyObject*& v : values) Py_CLEAR(v);
+}
+
+PyObject* checked(PyObject* tree, PyObject* out) {
+  if (g_check == nullptr || out == nullptr) return out;
+  PyObject* r = PyObject_CallFunctionObjArgs(g_check, tree, out, Py_False, nullptr);
+  if (r == nullptr) {
+    Py_DECREF(out);
+    return nullptr;
+  }
+  Py_DECREF(r);
+  return out;
+}
+
+// pred == nullptr: tree_map (func on every leaf); else tree_map_only.
+PyObject* map_tree(PyObject* pred, PyObject* func, PyObject* tree, Flat& f) {
+  // own the leaves: pred and func may drop the tree's references to them
+  for (PyObject* v : f.leaves) Py_INCREF(v);
+  std::vector<PyObject*> values;
+  values.reserve(f.leaves.size());
+  PyObject* err = nullptr;
+  for (PyObject* leaf : f.leaves) {
+    PyObject* v;
+    if (pred != nullptr) {
+      const int hit = PyObject_IsInstance(leaf, pred);
+      if (hit < 0) {
+        err = leaf;
+        break;
+      }
+      if (hit) {
+        v = PyObject_CallOneArg(func, leaf);
+      } else {
+        Py_INCREF(leaf);
+        v = leaf;
+      }
+    } else {
+      v = PyObject_CallOneArg(func, leaf);
+    }
+    if (v == nullptr) {
+      err = leaf;
+      break;
+    }
+    values.push_back(v);
+  }
+  PyObject* out = nullptr;
+  if (err == nullptr) {
+    if (!registry_unchanged()) {
+      // (func changed the registry: stock rebuilds through whatever it holds now)
+      release(values);
+      for (PyObject* v : f.leaves) Py_DECREF(v);
+      PyErr_SetString(PyExc_RuntimeError,
+                      "fastfake: torch.utils._pytree.SUPPORTED_NODES changed while a tree was mapped");
+      return nullptr;
+    }
+    const bool fault = g_fault > 0;
+    if (fault) g_fault--;
+    size_t s = 0, leaf = 0, key = 0;
+    out = build(f, values, s, leaf, key, fault);
+  }
+  release(values);
+  out = checked(tree, out);
+  for (PyObject* v : f.leaves) Py_DECREF(v);
+  return out;
+}
+
+// tree_map_only(type_or_types_or_pred, /, func, tree, is_leaf=None)
+PyObject* fast_map_only(PyObject*, PyObject* const* args, Py_ssize_t nargsf, PyObject* kwnames) {
+  const Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+  if (kwnames != nullptr || !(n == 3 || (n == 4 && args[3] == Py_None))) return to_stock(0, StockArguments, args, nargsf, kwnames);
+  if (!registry_unchanged()) return to_stock(0, StockRegistry, args, nargsf, kwnames);
+  if (!plain_predicate(args[0])) return to_stock(0, StockPredicate, args, nargsf, kwnames);
+  if (!plain_function(args[1])) return to_stock(0, StockFunction, args, nargsf, kwnames);
+  Flat f;
+  Count why = StockNode;
+  if (flatten(args[2], f, 0, &why) == 0) return to_stock(0, why, args, nargsf, kwnames);
+  PyObject* out = map_tree(args[0], args[1], args[2], f);
+  if (out != nullptr) g_counts[MapOnlyServed]++;
+  return out;
+}
+
+// tree_map(func, tree, *rests, is_leaf=None)
+PyObject* fast_map(PyObject*, PyObject* const* args, Py_ssize_t nargsf, PyObject* kwnames) {
+  const Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+  if (kwnames != nullptr || n != 2) return to_stock(1, StockArguments, args, nargsf, kwnames);
+  if (!registry_unchanged()) return to_stock(1, StockRegistry, args, nargsf, kwnames);
+  Flat f;
+  Count why = StockNode;
+  if (flatten(args[1], f, 0, &why) == 0) return to_stock(1, why, args, nargsf, kwnames);
+  PyObject* out = map_tree(nullptr, args[0], args[1], f);
+  if (out != nullptr) g_counts[MapServed]++;
+  return out;
+}
+
+// tree_leaves(tree, is_leaf=None)
+PyObject* fast_leaves(PyObject*, PyObject* const* args, Py_ssize_t nargsf, PyObject* kwnames) {
+  const Py_ssize_t n = PyVectorcall_NARGS(nargsf);
+  if (kwnames != nullptr || !(n == 1 || (n == 2 && args[1] == Py_None))) return to_stock(2, StockArguments, args, nargsf, kwnames);
+  if (!registry_unchanged()) return to_stock(2, StockRegistry, args, nargsf, kwnames);
+  Flat f;
+  Count why = StockNode;
+  if (flatten(args[0], f, 0, &why) == 0) return to_stock(2, why, args, nargsf, kwnames);
+  PyObject* out = PyList_New(static_cast<Py_ssize_t>(f.leaves.size()));
+  if (out == nullptr) return nullptr;
+  const bool fault = g_fault > 0 && f.leaves.size() > 1;
+  if (fault) g_fault--;
+  for (size_t i = 0; i < f.leaves.size(); ++i) {
+    PyObject* v = f.leaves[fault ? f.leaves.size() - 1 - i : i];
+    Py_INCREF(v);
+    PyList_SET_ITEM(out, static_cast<Py_ssize_t>(i), v);
+  }
+  if (g_check != nullptr) {
+    PyObject* r = PyObject_CallFunctionObjArgs(g_check, args[0], out, Py_True, nullptr);
+    if (r == nullptr) {
+      Py_DECREF(out);
+      return nullptr;
+    }
+    Py_DECREF(r);
+  }
+  g_counts[LeavesServed]++;
+  return out;
+}
+
+PyMethodDef g_defs_py[3] = {
+    {"tree_map_only", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fast_map_only)),
+     METH_FASTCALL | METH_KEYWORDS, "torch.utils._pytree.tree_map_only in C (fastfake; plain trees)."},
+    {"tree_map", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fast_map)),
+     METH_FASTCALL | METH_KEYWORDS, "torch.utils._pytree.tree_map in C (fastfake; plain trees)."},
+    {"tree_leaves", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fast_leaves)),
+     METH_FASTCALL | METH_KEYWORDS, "torch.utils._pytree.tree_leaves in C (fastfake; plain trees)."},
+};
+
+} // namespace
+
+void pytree_setup(PyObject* supported_nodes, PyObject* tuple_def, PyObject* list_def, PyObject* dict_def,
+                  PyObject* stock_map_only, PyObject* stock_map, PyObject* stock_leaves) {
+  Py_INCREF(supported_nodes);
+  Py_XSETREF(g_supported, supported_nodes);
+  PyObject* defs[3] = {tuple_def, list_def, dict_def};
+  PyObject* stock[3] = {stock_map_only, stock_map, stock_leaves};
+  for (int i = 0; i < 3; ++i) {
+    Py_INCREF(defs[i]);
+    Py_XSETREF(g_defs[i], defs[i]);
+    Py_INCREF(stock[i]);
+    Py_XSETREF(g_stock[i], stock[i]);
+  }
+}
+
+PyObject* pytree_functions() {
+  PyObject* out = PyTuple_New(3);
+  if (out == nullptr) return nullptr;
+  for (int i = 0; i < 3; ++i) {
+    PyObject* fn = PyCFunction_New(&g_defs_py[i], nullptr);
+    if (fn == nullptr) {
+      Py_DECREF(out);
+      return nullptr;
+    }
+    PyTuple_SET_ITEM(out, i, fn);
+  }
+  return out;
+}
+
+void pytree_set_check(PyObject* check) {
+  PyObject* c = check == Py_None ? nullptr : check;
+  Py_XINCREF(c);
+  Py_XSETREF(g_check, c);
+}
+
+std::map<std::string, uint64_t> pytree_counts() {
+  std::map<std::string, uint64_t> out;
+  for (size_t i = 0; i < NumCounts; ++i) out[kCountNames[i]] = g_counts[i];
+  return out;
+}
+
+void pytree_set_counts(const std::map<std::string, uint64_t>& counts) {
+  for (size_t i = 0; i < NumCounts; ++i) {
+    auto it = counts.find(kCountNames[i]);
+    g_counts[i] = it == counts.end() ? 0 : it->second;
+  }
+}
+
+void pytree_inject_fault(int n) {
+  g_fault = n;
+}
+
+} // namespace fastfake

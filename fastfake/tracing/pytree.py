@@ -1,0 +1,178 @@
+"""pytree maps over plain trees in C, at the tracing stack's own call sites.
+
+Every op that AOTAutograd traces goes through ``FunctionalTensorMode.__torch_dispatch__``,
+which unwraps its arguments and wraps its outputs with two
+``pytree.tree_map_only(...)`` calls and lists them with ``pytree.tree_leaves``;
+FakeTensorMode and AOTAutograd's wrappers map over arguments with
+``pytree.tree_map``. Each is a recursive Python flatten (a ``TreeSpec`` per node, a
+registry lookup and a namedtuple test per value), a ``functools.wraps`` closure and a
+recursive unflatten: ~6 % of a first ``torch.compile`` of a Llama-style model under
+fastfake (cProfile, own time of ``torch/utils/_pytree.py``).
+
+``csrc/tracing/pytree.cpp`` computes the same three functions in C for *plain* trees
+(exactly tuple, list and dict containers; every other value a leaf the registry
+cannot claim), in stock's order and with stock's fresh containers, and hands every
+other call to stock's function (counted as ``pytree.stock.<reason>``; the reasons and
+the exact rule are in the C file).
+
+**Where.** Not ``torch.utils._pytree`` itself: user code, and Dynamo, which inlines and
+polyfills pytree functions, keep stock's module. The four tracing modules that reach
+pytree through a module global ``pytree`` and that Dynamo never inlines (:data:`CALL_SITES`) get a view of it: a
+module object that answers ``tree_map_only`` / ``tree_map`` / ``tree_leaves`` with the C
+functions while ``torch.utils._pytree`` still holds stock's (a function patched there
+is what the view answers instead) and every other name from ``torch.utils._pytree``.
+``uninstall()`` puts the module back.
+
+**Proof.** Offered where stock's functions the C code stands for (:func:`stock_functions`)
+are source-identical to a release it was proven on
+(:data:`fastfake.common.compat.PYTREE_SOURCES`) and the registry holds stock's own
+entries for tuple, list and dict; the install-time self-test (feature ``pytree``)
+compares results, call order and errors over a set of trees with stock's.
+``FASTFAKE_DISABLE=pytree`` turns it off.
+
+Counters (``stats()``): ``pytree.{map_only,map,leaves}.served``,
+``pytree.stock.{arguments,predicate,function,node,registry,depth}``.
+"""
+from __future__ import annotations
+
+import sys
+import types
+
+from fastfake import _C
+
+#: The modules whose ``pytree`` global the view replaces: each imports
+#: ``torch.utils._pytree`` as ``pytree``, and Dynamo never inlines their functions
+#: (``torch._dynamo.trace_rules.check_file`` skips them; tests/test_pytree.py), so the
+#: view is never seen by a trace of user code. ``proxy_tensor`` also maps with
+#: pytree, but it is in Dynamo's ``MOD_INLINELIST``: it keeps the module.
+CALL_SITES = (
+    "torch._subclasses.functional_tensor",
+    "torch._subclasses.fake_tensor",
+    "torch._functorch._aot_autograd.graph_capture_wrappers",
+    "torch._functorch._aot_autograd.collect_metadata_analysis",
+)
+_SERVED = ("tree_map_only", "tree_map", "tree_leaves")
+
+_fast: dict[str, object] = {}
+_stock: dict[str, object] = {}
+_view: types.ModuleType | None = None
+_real: list = [None]  # torch.utils._pytree
+
+
+class _PytreeView(types.ModuleType):
+    """``torch.utils._pytree`` as the tracing modules see it with fastfake on."""
+
+    def __getattr__(self, name: str):
+        value = getattr(_real[0], name)
+        fast = _fast.get(name)
+        if fast is not None and value is _stock[name]:
+            return fast
+        return value
+
+    def __dir__(self):
+        return dir(_real[0])
+
+
+def stock_functions() -> list[object]:
+    """What the C functions stand for (``compat.pytree_source_digest`` hashes them)."""
+    from fastfake.common.stock_sources import pytree_functions
+
+    return pytree_functions()
+
+
+def _registry_is_stock() -> bool:
+    import torch.utils._pytree as p
+
+    for cls, flatten, unflatten in ((tuple, p._tuple_flatten, p._tuple_unflatten),
+                                    (list, p._list_flatten, p._list_unflatten),
+                                    (dict, p._dict_flatten, p._dict_unflatten)):
+        d = p.SUPPORTED_NODES.get(cls)
+        if d is None or d.flatten_fn is not flatten or d.unflatten_fn is not unflatten:
+            return False
+    return type(p.SUPPORTED_NODES) is dict and type(None) not in p.SUPPORTED_NODES
+
+
+def available() -> bool:
+    from fastfake.common import compat as _compat
+
+    try:
+        return _compat.pytree_sources_proven() and _registry_is_stock()
+    except Exception:  # noqa: BLE001 - anything unexpected: not offered
+        return False
+
+
+def setup() -> None:
+    import torch.utils._pytree as p
+
+    global _view
+    if _fast:
+        return
+    _real[0] = p
+    _stock.update({n: getattr(p, n) for n in _SERVED})
+    _C.setup_pytree(p.SUPPORTED_NODES, p.SUPPORTED_NODES[tuple], p.SUPPORTED_NODES[list],
+                    p.SUPPORTED_NODES[dict], _stock["tree_map_only"], _stock["tree_map"], _stock["tree_leaves"])
+    _fast.update(zip(_SERVED, _C.pytree_functions()))
+    _view = _PytreeView("torch.utils._pytree", "torch.utils._pytree as fastfake's tracing modules see it")
+
+
+def view() -> types.ModuleType | None:
+    return _view
+
+
+def _call_sites():
+    import torch.utils._pytree as real
+
+    for name in CALL_SITES:
+        mod = sys.modules.get(name)
+        if mod is None:
+            try:
+                mod = __import__(name, fromlist=["_"])
+            except ImportError:
+                continue
+        current = vars(mod).get("pytree")
+        if current is real or isinstance(current, _PytreeView):
+            yield mod
+
+
+def check(tree, value, leaves_only: bool) -> bool:
+    """crosscheck: against stock's ``tree_flatten(tree)``, ``value`` (a served
+    ``tree_leaves``) holds the same leaves, or (a served map) has the same structure
+    (``TreeSpec.flatten_up_to``: the same container types, lengths and dict keys) in
+    fresh containers."""
+    import torch.utils._pytree as p
+
+    from fastfake.parity.crosscheck import CrosscheckError
+
+    leaves, spec = p.tree_flatten(tree)
+    if leaves_only:
+        ok = [id(x) for x in value] == [id(x) for x in leaves]
+        why = f"{len(value)} leaves, not stock's {len(leaves)} in its order"
+    else:
+        try:
+            ok = len(spec.flatten_up_to(value)) == len(leaves) and (spec.is_leaf() or value is not tree)
+            why = "the input's own container"
+        except (TypeError, ValueError) as e:
+            ok, why = False, str(e)
+    if not ok:
+        raise CrosscheckError(f"fastfake crosscheck: pytree map of a {type(tree).__name__} differs from stock "
+                              f"({spec}): {why}")
+    return True
+
+
+def apply(on: bool, crosscheck: bool = False) -> None:
+    """The table's hook (fastfake/core/accelerations.py): the view at the call sites,
+    or ``torch.utils._pytree`` put back."""
+    if not available():
+        return
+    from fastfake.common.originals import patch
+
+    if on:
+        setup()
+        _C.set_pytree_check(check if crosscheck else None)
+    else:
+        _C.set_pytree_check(None)
+    for mod in _call_sites():
+        if on:
+            patch(mod, "pytree", _view)
+        elif isinstance(vars(mod).get("pytree"), _PytreeView):
+            patch(mod, "pytree", None)
