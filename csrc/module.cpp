@@ -305,15 +305,15 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "setup_pytree",
       [](py::handle supported, py::handle tuple_def, py::handle list_def, py::handle dict_def, py::handle map_only,
-         py::handle map, py::handle leaves) {
+         py::handle map, py::handle leaves, py::handle iter) {
         pytree_setup(supported.ptr(), tuple_def.ptr(), list_def.ptr(), dict_def.ptr(), map_only.ptr(), map.ptr(),
-                     leaves.ptr());
+                     leaves.ptr(), iter.ptr());
       },
-      "Binds torch.utils._pytree's registry, its tuple / list / dict entries and stock's three functions.");
+      "Binds torch.utils._pytree's registry, its tuple / list / dict entries and stock's four functions.");
   m.def(
       "pytree_functions",
       []() { return steal_or_throw(pytree_functions()); },
-      "(tree_map_only, tree_map, tree_leaves) in C (csrc/tracing/pytree.cpp).");
+      "(tree_map_only, tree_map, tree_leaves, tree_iter) in C (csrc/tracing/pytree.cpp).");
   m.def("set_pytree_check", [](py::handle check) { pytree_set_check(check.ptr()); });
   m.def("pytree_counts", []() { return pytree_counts(); });
   m.def("pytree_set_counts", [](const std::map<std::string, uint64_t>& c) { pytree_set_counts(c); });

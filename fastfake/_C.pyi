@@ -463,13 +463,14 @@ def symnode_int_set_counts(counts: dict[str, int]) -> None:
     """Put saved counts back (missing names are zero)."""
 
 def setup_pytree(supported_nodes: dict, tuple_def: Any, list_def: Any, dict_def: Any, stock_map_only: Any,
-                 stock_map: Any, stock_leaves: Any) -> None:
+                 stock_map: Any, stock_leaves: Any, stock_iter: Any) -> None:
     """Bind ``torch.utils._pytree.SUPPORTED_NODES``, the entries it holds for tuple, list
     and dict (a call while it holds others goes to stock) and stock's ``tree_map_only``,
-    ``tree_map`` and ``tree_leaves`` (csrc/tracing/pytree.cpp, fastfake/tracing/pytree.py)."""
+    ``tree_map``, ``tree_leaves`` and ``tree_iter`` (csrc/tracing/pytree.cpp,
+    fastfake/tracing/pytree.py)."""
 
-def pytree_functions() -> tuple[Any, Any, Any]:
-    """``(tree_map_only, tree_map, tree_leaves)`` as C functions: stock's result over
+def pytree_functions() -> tuple[Any, Any, Any, Any]:
+    """``(tree_map_only, tree_map, tree_leaves, tree_iter)`` as C functions: stock's result over
     plain trees (tuple / list / dict containers, leaves the registry cannot claim),
     stock's function for every other call."""
 
@@ -477,7 +478,7 @@ def set_pytree_check(check: Any) -> None:
     """crosscheck: ``check(tree, value, leaves_only)`` after every served call (None: off)."""
 
 def pytree_counts() -> dict[str, int]:
-    """``{map_only,map,leaves}.served`` and ``stock.{arguments,predicate,function,node,
+    """``{map_only,map,leaves,iter}.served`` and ``stock.{arguments,predicate,function,node,
     registry,depth}`` (calls handed to stock's function, by reason)."""
 
 def pytree_set_counts(counts: dict[str, int]) -> None:

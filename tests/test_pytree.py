@@ -25,6 +25,8 @@ pytestmark = pytest.mark.skipif(not _pytree.available(), reason="pytree: stock's
 _VIEW_ON = ("__import__('torch._subclasses.functional_tensor', fromlist=['_']).pytree "
             "is not __import__('torch.utils._pytree', fromlist=['_'])")
 STOCK_MAP_ONLY, STOCK_MAP, STOCK_LEAVES = stock_pytree.tree_map_only, stock_pytree.tree_map, stock_pytree.tree_leaves
+STOCK_ITER = stock_pytree.tree_iter
+STOCK = {"tree_map_only": STOCK_MAP_ONLY, "tree_map": STOCK_MAP, "tree_leaves": STOCK_LEAVES, "tree_iter": STOCK_ITER}
 Point = collections.namedtuple("Point", "a b")
 
 
@@ -37,7 +39,7 @@ class Registered:
 
 def _fast():
     _pytree.setup()
-    return dict(zip(("tree_map_only", "tree_map", "tree_leaves"), _C.pytree_functions()))
+    return dict(zip(("tree_map_only", "tree_map", "tree_leaves", "tree_iter"), _C.pytree_functions()))
 
 
 def _leaf(rng: random.Random, t: torch.Tensor):
@@ -107,6 +109,11 @@ def _outcome(fn, *args):
             out = FUNCS[0]["tree_map_only"](pred, func, args[0])
         elif fn == "tree_map":
             out = FUNCS[0]["tree_map"](func, args[0])
+        elif fn == "tree_iter":
+            out = []
+            for v in FUNCS[0]["tree_iter"](args[0]):  # (as Graph.create_node loops)
+                out.append(v)
+                calls.append(id(v))
         else:
             out = FUNCS[0]["tree_leaves"](args[0])
         return _shape(out), calls, None, out
@@ -120,15 +127,16 @@ _MAPPED: dict = {}
 
 @pytest.fixture(autouse=True, scope="module")
 def _registered():
-    stock_pytree.register_pytree_node(Registered, lambda r: (r.items, None), lambda items, _: Registered(*items))
+    stock_pytree.register_pytree_node(Registered, lambda r: (r.items, None), lambda items, _: Registered(*items),
+                                      serialized_type_name="test_pytree.Registered")
     yield
     stock_pytree._deregister_pytree_node(Registered)
 
 
 def _compare(tree, fail_at: int, served: collections.Counter) -> None:
-    stock = {"tree_map_only": STOCK_MAP_ONLY, "tree_map": STOCK_MAP, "tree_leaves": STOCK_LEAVES}
+    stock = STOCK
     fast = _fast()
-    for fn in ("tree_map_only", "tree_map_only_tuple", "tree_map", "tree_leaves"):
+    for fn in ("tree_map_only", "tree_map_only_tuple", "tree_map", "tree_leaves", "tree_iter"):
         before = dict(_C.pytree_counts())
         FUNCS[0] = fast
         f = _outcome(fn, tree, fail_at)
@@ -175,6 +183,7 @@ def test_random_trees_match_stock(seed):
         _compare(tree, rng.choice([0, 0, 1, 2, 3]), served)
     # both paths were taken: served calls, and every kind of stock hand-off by node
     assert served["map_only.served"] > 100 and served["map.served"] > 100 and served["leaves.served"] > 100, served
+    assert served["iter.served"] > 100, served
     assert served["stock.node"] > 50, served
 
 
@@ -221,10 +230,13 @@ class _Loud:
     (lambda f: f["tree_leaves"]((torch.Size([1]),)), "stock.node"),
     (lambda f: f["tree_leaves"]([Registered(1)]), "stock.node"),
     (lambda f: f["tree_leaves"](_deep(80)), "stock.depth"),
+    (lambda f: list(f["tree_iter"]([1], lambda x: False)), "stock.arguments"),
+    (lambda f: list(f["tree_iter"]([Point(1, 2)])), "stock.node"),
+    (lambda f: type(f["tree_iter"]((1, Point(1, 2)))).__name__, "stock.node"),  # stock's generator
 ])
 def test_what_goes_to_stock_gets_stock_s_answer(case, reason):
     fast = _fast()
-    stock = {"tree_map_only": STOCK_MAP_ONLY, "tree_map": STOCK_MAP, "tree_leaves": STOCK_LEAVES}
+    stock = STOCK
 
     def run(f):
         _Loud.reads.clear()
@@ -265,7 +277,8 @@ def test_a_registered_type_is_a_node_at_once():
     fast = _fast()
     tree = [Late(torch.ones(1))]
     assert fast["tree_leaves"](tree) == tree
-    stock_pytree.register_pytree_node(Late, lambda o: ([o.x], None), lambda xs, _: Late(xs[0]))
+    stock_pytree.register_pytree_node(Late, lambda o: ([o.x], None), lambda xs, _: Late(xs[0]),
+                                      serialized_type_name="test_pytree.Late")
     try:
         assert fast["tree_leaves"](tree) == STOCK_LEAVES(tree) == [tree[0].x]
     finally:
@@ -302,6 +315,10 @@ def test_install_points_the_call_sites_at_the_view_and_uninstall_puts_the_module
         view = functional_tensor.pytree
         assert view.tree_map_only is not STOCK_MAP_ONLY and view.tree_flatten is stock_pytree.tree_flatten
         assert view.TreeSpec is stock_pytree.TreeSpec and "tree_map" in dir(view)
+        assert view.tree_iter is STOCK_ITER
+        import torch.fx.graph as fx_graph
+
+        assert fx_graph.pytree.tree_iter is not STOCK_ITER and fx_graph.pytree.tree_map is STOCK_MAP
     finally:
         fastfake.uninstall()
     assert all(vars(m)["pytree"] is stock_pytree for m in mods)
@@ -384,6 +401,8 @@ def test_aot_traces_are_stock_s_and_served():
     assert fast == stock
     assert after["map_only.served"] > before["map_only.served"]
     assert after["map.served"] > before["map.served"]
+    if "pytree.tree_iter(" in __import__("inspect").getsource(torch.fx.graph.Graph.create_node):
+        assert after["iter.served"] > before["iter.served"]
 
 
 def test_crosscheck_catches_a_wrong_answer():
@@ -394,6 +413,12 @@ def test_crosscheck_catches_a_wrong_answer():
         _C._inject_fault(1, "pytree")
         with pytest.raises(fastfake.CrosscheckError, match="pytree"):
             view.tree_map(lambda v: v, (1, [2]))
+        import torch.fx.graph as fx_graph
+
+        assert list(fx_graph.pytree.tree_iter((1, [2]))) == [1, 2]
+        _C._inject_fault(1, "pytree")
+        with pytest.raises(fastfake.CrosscheckError, match="pytree"):
+            fx_graph.pytree.tree_iter((1, [2]))
     finally:
         _C._inject_fault(0, "pytree")
         fastfake.uninstall()

@@ -1,4 +1,4 @@
-// torch.utils._pytree's tree_map_only / tree_map / tree_leaves in C.
+// torch.utils._pytree's tree_map_only / tree_map / tree_leaves / tree_iter in C.
 //
 // FunctionalTensorMode.__torch_dispatch__ unwraps every op's arguments and wraps
 // its outputs with `pytree.tree_map_only(...)`, and AOTAutograd and FakeTensorMode
@@ -11,6 +11,8 @@
 //   tree_map(func, tree)            = spec.unflatten(map(func, leaves)) where
 //                                      leaves, spec = tree_flatten(tree)
 //   tree_leaves(tree)               = list(tree_iter(tree))
+//   tree_iter(tree)                 = a generator flattening the tree as it is
+//                                      consumed (here: an iterator over the leaves)
 // with a node being a value whose type (namedtuple classes counted as
 // `namedtuple`) is in SUPPORTED_NODES, and tuple / list / dict flattened into
 // their items / items / values (keys kept as the context) and rebuilt as
@@ -42,7 +44,7 @@ namespace {
 
 PyObject* g_supported = nullptr;
 PyObject* g_defs[3] = {nullptr, nullptr, nullptr}; // tuple, list, dict NodeDefs
-PyObject* g_stock[3] = {nullptr, nullptr, nullptr}; // map_only, map, leaves
+PyObject* g_stock[4] = {nullptr, nullptr, nullptr, nullptr}; // map_only, map, leaves, iter
 PyObject* g_check = nullptr;
 int g_fault = 0;
 constexpr int kMaxDepth = 64;
@@ -51,6 +53,7 @@ enum Count : size_t {
   MapOnlyServed,
   MapServed,
   LeavesServed,
+  IterServed,
   StockArguments,
   StockPredicate,
   StockFunction,
@@ -59,7 +62,7 @@ enum Count : size_t {
   StockDepth,
   NumCounts
 };
-const char* const kCountNames[NumCounts] = {"map_only.served", "map.served", "leaves.served",
+const char* const kCountNames[NumCounts] = {"map_only.served", "map.served", "leaves.served", "iter.served",
                                             "stock.arguments", "stock.predicate", "stock.function",
                                             "stock.node", "stock.registry", "stock.depth"};
 uint64_t g_counts[NumCounts] = {};
@@ -310,14 +313,18 @@ PyObject* fast_map(PyObject*, PyObject* const* args, Py_ssize_t nargsf, PyObject
   return out;
 }
 
-// tree_leaves(tree, is_leaf=None)
-PyObject* fast_leaves(PyObject*, PyObject* const* args, Py_ssize_t nargsf, PyObject* kwnames) {
+// tree_leaves(tree, is_leaf=None) (which = 2) and tree_iter(tree, is_leaf=None)
+// (which = 3: an iterator over the same list; stock's generator would flatten as
+// it is consumed, which for a plain tree runs no Python either).
+PyObject* leaves_of(int which, PyObject* const* args, Py_ssize_t nargsf, PyObject* kwnames) {
   const Py_ssize_t n = PyVectorcall_NARGS(nargsf);
-  if (kwnames != nullptr || !(n == 1 || (n == 2 && args[1] == Py_None))) return to_stock(2, StockArguments, args, nargsf, kwnames);
-  if (!registry_unchanged()) return to_stock(2, StockRegistry, args, nargsf, kwnames);
+  if (kwnames != nullptr || !(n == 1 || (n == 2 && args[1] == Py_None))) {
+    return to_stock(which, StockArguments, args, nargsf, kwnames);
+  }
+  if (!registry_unchanged()) return to_stock(which, StockRegistry, args, nargsf, kwnames);
   Flat f;
   Count why = StockNode;
-  if (flatten(args[0], f, 0, &why) == 0) return to_stock(2, why, args, nargsf, kwnames);
+  if (flatten(args[0], f, 0, &why) == 0) return to_stock(which, why, args, nargsf, kwnames);
   PyObject* out = PyList_New(static_cast<Py_ssize_t>(f.leaves.size()));
   if (out == nullptr) return nullptr;
   const bool fault = g_fault > 0 && f.leaves.size() > 1;
@@ -335,39 +342,57 @@ PyObject* fast_leaves(PyObject*, PyObject* const* args, Py_ssize_t nargsf, PyObj
     }
     Py_DECREF(r);
   }
+  if (which == 3) {
+    PyObject* it = PyObject_GetIter(out);
+    Py_DECREF(out);
+    if (it != nullptr) g_counts[IterServed]++;
+    return it;
+  }
   g_counts[LeavesServed]++;
   return out;
 }
 
-PyMethodDef g_defs_py[3] = {
+PyObject* fast_leaves(PyObject*, PyObject* const* args, Py_ssize_t nargsf, PyObject* kwnames) {
+  return leaves_of(2, args, nargsf, kwnames);
+}
+
+PyObject* fast_iter(PyObject*, PyObject* const* args, Py_ssize_t nargsf, PyObject* kwnames) {
+  return leaves_of(3, args, nargsf, kwnames);
+}
+
+PyMethodDef g_defs_py[4] = {
     {"tree_map_only", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fast_map_only)),
      METH_FASTCALL | METH_KEYWORDS, "torch.utils._pytree.tree_map_only in C (fastfake; plain trees)."},
     {"tree_map", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fast_map)),
      METH_FASTCALL | METH_KEYWORDS, "torch.utils._pytree.tree_map in C (fastfake; plain trees)."},
     {"tree_leaves", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fast_leaves)),
      METH_FASTCALL | METH_KEYWORDS, "torch.utils._pytree.tree_leaves in C (fastfake; plain trees)."},
+    {"tree_iter", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(fast_iter)),
+     METH_FASTCALL | METH_KEYWORDS, "torch.utils._pytree.tree_iter in C (fastfake; plain trees)."},
 };
 
 } // namespace
 
 void pytree_setup(PyObject* supported_nodes, PyObject* tuple_def, PyObject* list_def, PyObject* dict_def,
-                  PyObject* stock_map_only, PyObject* stock_map, PyObject* stock_leaves) {
+                  PyObject* stock_map_only, PyObject* stock_map, PyObject* stock_leaves, PyObject* stock_iter) {
   Py_INCREF(supported_nodes);
   Py_XSETREF(g_supported, supported_nodes);
   PyObject* defs[3] = {tuple_def, list_def, dict_def};
-  PyObject* stock[3] = {stock_map_only, stock_map, stock_leaves};
-  for (int i = 0; i < 3; ++i) {
-    Py_INCREF(defs[i]);
-    Py_XSETREF(g_defs[i], defs[i]);
+  PyObject* stock[4] = {stock_map_only, stock_map, stock_leaves, stock_iter};
+  for (int i = 0; i < 4; ++i) {
+    if (i < 3) {
+      Py_INCREF(defs[i]);
+      Py_XSETREF(g_defs[i], defs[i]);
+    }
     Py_INCREF(stock[i]);
     Py_XSETREF(g_stock[i], stock[i]);
   }
 }
 
 PyObject* pytree_functions() {
-  PyObject* out = PyTuple_New(3);
+  PyObject* out = PyTuple_New(4);
   if (out == nullptr) return nullptr;
-  for (int i = 0; i < 3; ++i) {
+  for (int i = 0; i < 4; ++i) {
     PyObject* fn = PyCFunction_New(&g_defs_py[i], nullptr);
     if (fn == nullptr) {
       Py_DECREF(out);

@@ -1,4 +1,4 @@
-// torch.utils._pytree's tree_map_only / tree_map / tree_leaves in C, for the
+// torch.utils._pytree's tree_map_only / tree_map / tree_leaves / tree_iter in C, for the
 // call sites fastfake/tracing/pytree.py points at them (csrc/tracing/pytree.cpp).
 #pragma once
 
@@ -14,8 +14,8 @@ namespace fastfake {
 // list and dict it holds at setup (a call whose registry holds others goes to
 // stock), and stock's three functions (for every call the C path does not take).
 void pytree_setup(PyObject* supported_nodes, PyObject* tuple_def, PyObject* list_def, PyObject* dict_def,
-                  PyObject* stock_map_only, PyObject* stock_map, PyObject* stock_leaves);
-// (tree_map_only, tree_map, tree_leaves) as C functions. New reference.
+                  PyObject* stock_map_only, PyObject* stock_map, PyObject* stock_leaves, PyObject* stock_iter);
+// (tree_map_only, tree_map, tree_leaves, tree_iter) as C functions. New reference.
 PyObject* pytree_functions();
 // crosscheck: check(tree, value, leaves_only) after every served call, `value`
 // being the list of leaves (tree_leaves) or the mapped tree (None: off).

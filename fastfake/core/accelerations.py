@@ -182,9 +182,10 @@ ACCELERATIONS: tuple[Acceleration, ...] = (
         module="fastfake/tracing/fake_prop.py"),
     Acceleration(
         "pytree", "pytree maps in the tracing stack",
-        "`torch.utils._pytree.tree_map_only` / `tree_map` / `tree_leaves` as functional and fake tensors and AOTAutograd call them",
+        "`torch.utils._pytree.tree_map_only` / `tree_map` / `tree_leaves` as functional and fake tensors and AOTAutograd call them, `tree_iter` in FX's `Graph.create_node`",
         "the stock functions it stands for are source-identical to a proven release; plain trees only; self-test",
-        ("pytree.map_only.served", "pytree.map.served", "pytree.leaves.served"), "pytree.", "either",
+        ("pytree.map_only.served", "pytree.map.served", "pytree.leaves.served", "pytree.iter.served"), "pytree.",
+        "either",
         available="fastfake.tracing.pytree:available", apply="fastfake.tracing.pytree:apply",
         crosscheck="stock's flattening of the same tree: the same leaves, the same structure, fresh containers",
         counts="ext:pytree_counts,pytree_set_counts",

@@ -559,6 +559,7 @@ def _pytree_program(mode, dev: str) -> list:
     (forward and backward graph code) through every call site."""
     import collections
 
+    import torch.fx.graph as fx_graph
     from torch._subclasses import functional_tensor as ft
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
@@ -593,6 +594,7 @@ def _pytree_program(mode, dev: str) -> list:
         r3 = p.tree_map(lambda v: v, tree)
         r4 = p.tree_leaves(tree)
         r5 = p.tree_map_only(torch.Tensor, f, tree, None)
+        r6 = [type(v).__name__ for v in fx_graph.pytree.tree_iter(tree)]
         calls = []
 
         def second_fails(v):
@@ -606,7 +608,7 @@ def _pytree_program(mode, dev: str) -> list:
             err = None
         except ValueError as e:
             err = str(e)
-        desc = repr([type(r).__name__ for r in (r1, r2, r3, r4, r5)]) + repr(
+        desc = repr([type(r).__name__ for r in (r1, r2, r3, r4, r5)]) + repr(r6) + repr(
             [fresh(tree, r) for r in (r1, r3)]) + repr(log) + repr((calls, err))
         out.append((f"tree {i}", (x, y), (r1, r2, r3, r4, r5, desc)))
 

@@ -6,21 +6,22 @@ which unwraps its arguments and wraps its outputs with two
 FakeTensorMode and AOTAutograd's wrappers map over arguments with
 ``pytree.tree_map``. Each is a recursive Python flatten (a ``TreeSpec`` per node, a
 registry lookup and a namedtuple test per value), a ``functools.wraps`` closure and a
-recursive unflatten: ~6 % of a first ``torch.compile`` of a Llama-style model under
-fastfake (cProfile, own time of ``torch/utils/_pytree.py``).
+recursive unflatten; and FX's ``Graph.create_node`` walks every node's arguments with
+``pytree.tree_iter`` (2.13 on): ~6 % of a first ``torch.compile`` of a Llama-style
+model under fastfake (cProfile, own time of ``torch/utils/_pytree.py``).
 
-``csrc/tracing/pytree.cpp`` computes the same three functions in C for *plain* trees
+``csrc/tracing/pytree.cpp`` computes the same functions in C for *plain* trees
 (exactly tuple, list and dict containers; every other value a leaf the registry
 cannot claim), in stock's order and with stock's fresh containers, and hands every
 other call to stock's function (counted as ``pytree.stock.<reason>``; the reasons and
 the exact rule are in the C file).
 
 **Where.** Not ``torch.utils._pytree`` itself: user code, and Dynamo, which inlines and
-polyfills pytree functions, keep stock's module. The four tracing modules that reach
+polyfills pytree functions, keep stock's module. The tracing modules that reach
 pytree through a module global ``pytree`` and that Dynamo never inlines (:data:`CALL_SITES`) get a view of it: a
-module object that answers ``tree_map_only`` / ``tree_map`` / ``tree_leaves`` with the C
-functions while ``torch.utils._pytree`` still holds stock's (a function patched there
-is what the view answers instead) and every other name from ``torch.utils._pytree``.
+module object that answers the names that module is served with the C functions
+while ``torch.utils._pytree`` still holds stock's (a function patched there is what
+the view answers instead) and every other name from ``torch.utils._pytree``.
 ``uninstall()`` puts the module back.
 
 **Proof.** Offered where stock's functions the C code stands for (:func:`stock_functions`)
@@ -30,7 +31,7 @@ entries for tuple, list and dict; the install-time self-test (feature ``pytree``
 compares results, call order and errors over a set of trees with stock's.
 ``FASTFAKE_DISABLE=pytree`` turns it off.
 
-Counters (``stats()``): ``pytree.{map_only,map,leaves}.served``,
+Counters (``stats()``): ``pytree.{map_only,map,leaves,iter}.served``,
 ``pytree.stock.{arguments,predicate,function,node,registry,depth}``.
 """
 from __future__ import annotations
@@ -40,33 +41,42 @@ import types
 
 from fastfake import _C
 
-#: The modules whose ``pytree`` global the view replaces: each imports
-#: ``torch.utils._pytree`` as ``pytree``, and Dynamo never inlines their functions
-#: (``torch._dynamo.trace_rules.check_file`` skips them; tests/test_pytree.py), so the
+#: The modules whose ``pytree`` global a view replaces, and the names each view
+#: answers with C functions. Each module imports ``torch.utils._pytree`` as
+#: ``pytree``, and Dynamo never inlines its functions
+#: (``torch._dynamo.trace_rules.check_file`` skips it; tests/test_pytree.py), so a
 #: view is never seen by a trace of user code. ``proxy_tensor`` also maps with
 #: pytree, but it is in Dynamo's ``MOD_INLINELIST``: it keeps the module.
-CALL_SITES = (
-    "torch._subclasses.functional_tensor",
-    "torch._subclasses.fake_tensor",
-    "torch._functorch._aot_autograd.graph_capture_wrappers",
-    "torch._functorch._aot_autograd.collect_metadata_analysis",
-)
-_SERVED = ("tree_map_only", "tree_map", "tree_leaves")
+#: ``tree_iter`` only where its one caller (``Graph.create_node``, 2.13 on) loops
+#: over the leaves without changing the tree, so an iterator over a list of them is
+#: what stock's generator yields.
+CALL_SITES: dict[str, tuple[str, ...]] = {
+    "torch._subclasses.functional_tensor": ("tree_map_only", "tree_map", "tree_leaves"),
+    "torch._subclasses.fake_tensor": ("tree_map_only", "tree_map", "tree_leaves"),
+    "torch._functorch._aot_autograd.graph_capture_wrappers": ("tree_map_only", "tree_map", "tree_leaves"),
+    "torch._functorch._aot_autograd.collect_metadata_analysis": ("tree_map_only", "tree_map", "tree_leaves"),
+    "torch.fx.graph": ("tree_iter",),
+}
+_SERVED = ("tree_map_only", "tree_map", "tree_leaves", "tree_iter")
 
 _fast: dict[str, object] = {}
 _stock: dict[str, object] = {}
-_view: types.ModuleType | None = None
+_views: dict[tuple[str, ...], types.ModuleType] = {}
 _real: list = [None]  # torch.utils._pytree
 
 
 class _PytreeView(types.ModuleType):
-    """``torch.utils._pytree`` as the tracing modules see it with fastfake on."""
+    """``torch.utils._pytree`` as a tracing module sees it with fastfake on: the names
+    of ``_names`` answered with the C functions while ``torch.utils._pytree`` holds
+    stock's (a function patched there is what the view answers instead), every
+    other name from ``torch.utils._pytree``."""
+
+    _names: tuple[str, ...] = ()
 
     def __getattr__(self, name: str):
         value = getattr(_real[0], name)
-        fast = _fast.get(name)
-        if fast is not None and value is _stock[name]:
-            return fast
+        if name in self._names and value is _stock[name]:
+            return _fast[name]
         return value
 
     def __dir__(self):
@@ -104,25 +114,28 @@ def available() -> bool:
 def setup() -> None:
     import torch.utils._pytree as p
 
-    global _view
     if _fast:
         return
     _real[0] = p
     _stock.update({n: getattr(p, n) for n in _SERVED})
     _C.setup_pytree(p.SUPPORTED_NODES, p.SUPPORTED_NODES[tuple], p.SUPPORTED_NODES[list],
-                    p.SUPPORTED_NODES[dict], _stock["tree_map_only"], _stock["tree_map"], _stock["tree_leaves"])
+                    p.SUPPORTED_NODES[dict], *(_stock[n] for n in _SERVED))
     _fast.update(zip(_SERVED, _C.pytree_functions()))
-    _view = _PytreeView("torch.utils._pytree", "torch.utils._pytree as fastfake's tracing modules see it")
 
 
-def view() -> types.ModuleType | None:
-    return _view
+def view(names: tuple[str, ...]) -> types.ModuleType:
+    """The view answering ``names`` in C (one per set of names)."""
+    v = _views.get(names)
+    if v is None:
+        v = _views[names] = _PytreeView("torch.utils._pytree", f"torch.utils._pytree, {', '.join(names)} in C")
+        v._names = names
+    return v
 
 
 def _call_sites():
     import torch.utils._pytree as real
 
-    for name in CALL_SITES:
+    for name, names in CALL_SITES.items():
         mod = sys.modules.get(name)
         if mod is None:
             try:
@@ -131,7 +144,7 @@ def _call_sites():
                 continue
         current = vars(mod).get("pytree")
         if current is real or isinstance(current, _PytreeView):
-            yield mod
+            yield mod, names
 
 
 def check(tree, value, leaves_only: bool) -> bool:
@@ -171,8 +184,8 @@ def apply(on: bool, crosscheck: bool = False) -> None:
         _C.set_pytree_check(check if crosscheck else None)
     else:
         _C.set_pytree_check(None)
-    for mod in _call_sites():
+    for mod, names in _call_sites():
         if on:
-            patch(mod, "pytree", _view)
+            patch(mod, "pytree", view(names))
         elif isinstance(vars(mod).get("pytree"), _PytreeView):
             patch(mod, "pytree", None)
