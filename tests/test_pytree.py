@@ -410,6 +410,9 @@ def test_crosscheck_catches_a_wrong_answer():
     try:
         view = functional_tensor.pytree
         assert view.tree_map(lambda v: v, (1, [2])) == (1, [2])
+        for empty in ((), [], {}, ((), [()])):  # (stock's empty tuple is CPython's one object too)
+            assert view.tree_map(lambda v: v, empty) == empty
+            assert view.tree_map_only(int, lambda v: v, empty) == empty
         _C._inject_fault(1, "pytree")
         with pytest.raises(fastfake.CrosscheckError, match="pytree"):
             view.tree_map(lambda v: v, (1, [2]))
