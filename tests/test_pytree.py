@@ -153,7 +153,7 @@ def _compare(tree, fail_at: int, served: collections.Counter) -> None:
         served.update(k for k in after if after[k] != before.get(k, 0))
 
 
-def _strip_ids(shape, leaves=None):
+def _strip_ids(shape):
     """The shape with container ids dropped (fresh objects differ) but leaf ids kept."""
     kind = shape[0]
     if kind == "leaf":

@@ -86,21 +86,14 @@ int flatten(PyObject* x, Flat& f, int depth, Count* why) {
     return 0;
   }
   PyTypeObject* t = Py_TYPE(x);
-  if (t == &PyTuple_Type) {
-    const Py_ssize_t n = PyTuple_GET_SIZE(x);
-    f.spec.push_back(Tuple);
+  if (t == &PyTuple_Type || t == &PyList_Type) {
+    // (no Python runs while the items are flattened, so a list cannot change under it)
+    const Py_ssize_t n = PySequence_Fast_GET_SIZE(x);
+    PyObject** items = PySequence_Fast_ITEMS(x);
+    f.spec.push_back(t == &PyTuple_Type ? Tuple : List);
     f.spec.push_back(static_cast<int32_t>(n));
     for (Py_ssize_t i = 0; i < n; ++i) {
-      if (flatten(PyTuple_GET_ITEM(x, i), f, depth + 1, why) == 0) return 0;
-    }
-    return 1;
-  }
-  if (t == &PyList_Type) {
-    const Py_ssize_t n = PyList_GET_SIZE(x);
-    f.spec.push_back(List);
-    f.spec.push_back(static_cast<int32_t>(n));
-    for (Py_ssize_t i = 0; i < n; ++i) {
-      if (flatten(PyList_GET_ITEM(x, i), f, depth + 1, why) == 0) return 0;
+      if (flatten(items[i], f, depth + 1, why) == 0) return 0;
     }
     return 1;
   }
@@ -223,9 +216,10 @@ void release(std::vector<PyObject*>& values) {
   for (PyObject*& v : values) Py_CLEAR(v);
 }
 
-PyObject* checked(PyObject* tree, PyObject* out) {
+// crosscheck (when on) of a served result; consumes `out` if the check raises.
+PyObject* checked(PyObject* tree, PyObject* out, bool leaves_only) {
   if (g_check == nullptr || out == nullptr) return out;
-  PyObject* r = PyObject_CallFunctionObjArgs(g_check, tree, out, Py_False, nullptr);
+  PyObject* r = PyObject_CallFunctionObjArgs(g_check, tree, out, leaves_only ? Py_True : Py_False, nullptr);
   if (r == nullptr) {
     Py_DECREF(out);
     return nullptr;
@@ -280,7 +274,7 @@ PyObject* map_tree(PyObject* pred, PyObject* func, PyObject* tree, Flat& f) {
     out = build(f, values, s, leaf, key, fault);
   }
   release(values);
-  out = checked(tree, out);
+  out = checked(tree, out, false);
   for (PyObject* v : f.leaves) Py_DECREF(v);
   return out;
 }
@@ -334,14 +328,8 @@ PyObject* leaves_of(int which, PyObject* const* args, Py_ssize_t nargsf, PyObjec
     Py_INCREF(v);
     PyList_SET_ITEM(out, static_cast<Py_ssize_t>(i), v);
   }
-  if (g_check != nullptr) {
-    PyObject* r = PyObject_CallFunctionObjArgs(g_check, args[0], out, Py_True, nullptr);
-    if (r == nullptr) {
-      Py_DECREF(out);
-      return nullptr;
-    }
-    Py_DECREF(r);
-  }
+  out = checked(args[0], out, true);
+  if (out == nullptr) return nullptr;
   if (which == 3) {
     PyObject* it = PyObject_GetIter(out);
     Py_DECREF(out);

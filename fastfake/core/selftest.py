@@ -617,16 +617,12 @@ def _pytree_program(mode, dev: str) -> list:
         m, v = torch.var_mean(b, 0, keepdim=True)
         return {"p": parts[0].sum() + parts[-1].sum(), "q": [m, v.add(1)]}, (a.t(),)
 
-    codes: list = []
-
-    def compiler(gm, example_inputs):
-        codes.append(gm.code)
-        return gm
-
     from functorch.compile import aot_function, make_boxed_func
 
+    codes: list = []
+
     def boxed(gm, example_inputs):
-        compiler(gm, example_inputs)
+        codes.append(gm.code)
         return make_boxed_func(gm)
 
     with unset_fake_temporarily():

@@ -24,7 +24,8 @@ while ``torch.utils._pytree`` still holds stock's (a function patched there is w
 the view answers instead) and every other name from ``torch.utils._pytree``.
 ``uninstall()`` puts the module back.
 
-**Proof.** Offered where stock's functions the C code stands for (:func:`stock_functions`)
+**Proof.** Offered where stock's functions the C code stands for
+(:func:`fastfake.common.stock_sources.pytree_functions`)
 are source-identical to a release it was proven on
 (:data:`fastfake.common.compat.PYTREE_SOURCES`) and the registry holds stock's own
 entries for tuple, list and dict; the install-time self-test (feature ``pytree``)
@@ -81,13 +82,6 @@ class _PytreeView(types.ModuleType):
 
     def __dir__(self):
         return dir(_real[0])
-
-
-def stock_functions() -> list[object]:
-    """What the C functions stand for (``compat.pytree_source_digest`` hashes them)."""
-    from fastfake.common.stock_sources import pytree_functions
-
-    return pytree_functions()
 
 
 def _registry_is_stock() -> bool:
