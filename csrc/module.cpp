@@ -311,6 +311,12 @@ PYBIND11_MODULE(_C, m) {
       },
       "Binds torch.utils._pytree's registry, its tuple / list / dict entries and stock's four functions.");
   m.def(
+      "setup_pytree_fx",
+      [](py::handle list_type, py::handle dict_type, py::handle list_def, py::handle dict_def) {
+        pytree_setup_fx(list_type.ptr(), dict_type.ptr(), list_def.ptr(), dict_def.ptr());
+      },
+      "Binds FX's immutable_list / immutable_dict and their registry entries (None, None: not offered).");
+  m.def(
       "pytree_functions",
       []() { return steal_or_throw(pytree_functions()); },
       "(tree_map_only, tree_map, tree_leaves, tree_iter) in C (csrc/tracing/pytree.cpp).");

@@ -469,6 +469,12 @@ def setup_pytree(supported_nodes: dict, tuple_def: Any, list_def: Any, dict_def:
     ``tree_map``, ``tree_leaves`` and ``tree_iter`` (csrc/tracing/pytree.cpp,
     fastfake/tracing/pytree.py)."""
 
+def setup_pytree_fx(list_type: Any, dict_type: Any, list_def: Any, dict_def: Any) -> None:
+    """Bind FX's ``immutable_list`` / ``immutable_dict`` and their registry entries:
+    ``tree_leaves`` / ``tree_iter`` flatten them as lists and dicts while the registry
+    holds those entries and the classes inherit iteration, ``values`` and ``keys``
+    (``None, None, None, None``: they go to stock)."""
+
 def pytree_functions() -> tuple[Any, Any, Any, Any]:
     """``(tree_map_only, tree_map, tree_leaves, tree_iter)`` as C functions: stock's result over
     plain trees (tuple / list / dict containers, leaves the registry cannot claim),

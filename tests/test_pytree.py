@@ -49,15 +49,17 @@ def _leaf(rng: random.Random, t: torch.Tensor):
     ])()
 
 
-def _tree(rng: random.Random, t: torch.Tensor, depth: int, plain: bool):
+def _tree(rng: random.Random, t: torch.Tensor, depth: int, plain: bool, fx: bool = False):
     r = rng.random()
     if depth > 3 or r < 0.3:
         return _leaf(rng, t)
     n = rng.randint(0, 4)
-    kids = [_tree(rng, t, depth + 1, plain) for _ in range(n)]
+    kids = [_tree(rng, t, depth + 1, plain, fx) for _ in range(n)]
     kinds = ["tuple", "list", "dict"]
-    if not plain:
-        kinds += ["point", "odict", "deque", "size", "registered", "immutable"]
+    if fx:
+        kinds += ["immutable", "immutable_dict"]
+    elif not plain:
+        kinds += ["point", "odict", "deque", "size", "registered", "immutable", "immutable_dict"]
     kind = rng.choice(kinds)
     if kind == "tuple":
         return tuple(kids)
@@ -76,8 +78,10 @@ def _tree(rng: random.Random, t: torch.Tensor, depth: int, plain: bool):
         return torch.Size([2, 3][:n])
     if kind == "registered":
         return Registered(*kids)
-    from torch.fx.immutable_collections import immutable_list
+    from torch.fx.immutable_collections import immutable_dict, immutable_list
 
+    if kind == "immutable_dict":
+        return immutable_dict(zip(rng.sample(["b", "a", 1, 0, "zz", 7], n), kids))
     return immutable_list(kids)
 
 
@@ -158,7 +162,7 @@ def _strip_ids(shape):
     kind = shape[0]
     if kind == "leaf":
         return shape
-    if kind in ("dict", "OrderedDict", "defaultdict"):
+    if kind in ("dict", "OrderedDict", "defaultdict", "immutable_dict"):
         return (kind, [(k, _strip_ids(v)) for k, v in shape[2]])
     return (kind, [_strip_ids(v) for v in shape[2]])
 
@@ -185,6 +189,108 @@ def test_random_trees_match_stock(seed):
     assert served["map_only.served"] > 100 and served["map.served"] > 100 and served["leaves.served"] > 100, served
     assert served["iter.served"] > 100, served
     assert served["stock.node"] > 50, served
+
+
+def _has_fx_container(tree) -> bool:
+    from torch.fx.immutable_collections import immutable_dict, immutable_list
+
+    if type(tree) in (immutable_list, immutable_dict):
+        return True
+    if type(tree) in (tuple, list):
+        return any(_has_fx_container(v) for v in tree)
+    if type(tree) is dict:
+        return any(_has_fx_container(v) for v in tree.values())
+    return False
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_fx_containers_are_lists_and_dicts_for_the_leaves(seed):
+    """FX's immutable_list / immutable_dict (Graph.create_node's arguments) in random
+    trees: tree_leaves and tree_iter flatten them in C with stock's leaves in stock's
+    order; the maps (which would rebuild them as their own types) leave them to stock."""
+    if _pytree._fx_containers()[0] is None:
+        pytest.skip("FX's immutable containers are not proven here")
+    rng = random.Random(100 + seed)
+    t = torch.randn(2, 3)
+    fast = _fast()
+    with_fx = 0
+    for _ in range(300):
+        tree = _tree(rng, t, 0, True, fx=True)
+        before = dict(_C.pytree_counts())
+        _compare(tree, rng.choice([0, 0, 1, 2]), collections.Counter())
+        after = dict(_C.pytree_counts())
+        if _has_fx_container(tree):
+            with_fx += 1
+            assert after["leaves.served"] == before["leaves.served"] + 1
+            assert after["iter.served"] == before["iter.served"] + 1
+            assert after["map.served"] == before["map.served"], "a map rebuilt an FX container"
+            assert fast  # (the maps went to stock: counted as nodes)
+            assert after["stock.node"] == before["stock.node"] + 3
+    assert with_fx > 100, with_fx
+
+
+@pytest.mark.parametrize("change", ["values", "keys", "iter", "registry", "subclass"])
+def test_a_changed_fx_container_goes_to_stock(monkeypatch, change):
+    """An immutable_dict whose ``values`` / ``keys`` are not dict's, an immutable_list
+    iterating otherwise, another registry entry, or a subclass: stock's flatten decides."""
+    from torch.fx import immutable_collections as ic
+
+    if _pytree._fx_containers()[0] is None:
+        pytest.skip("FX's immutable containers are not proven here")
+    fast = _fast()
+    tree = [ic.immutable_dict(a=1, b=ic.immutable_list([2, 3]))]
+    if change == "values":
+        monkeypatch.setattr(ic.immutable_dict, "values", lambda self: [9, 9], raising=False)
+    elif change == "keys":
+        monkeypatch.setattr(ic.immutable_dict, "keys", lambda self: ["b", "a"], raising=False)
+    elif change == "iter":
+        monkeypatch.setattr(ic.immutable_list, "__iter__", lambda self: iter([7, 7]), raising=False)
+    elif change == "registry":
+        d = stock_pytree.SUPPORTED_NODES[ic.immutable_list]
+        monkeypatch.setitem(stock_pytree.SUPPORTED_NODES, ic.immutable_list,
+                            d._replace())  # (an equal entry, not the one seen at setup)
+    else:
+        class Sub(ic.immutable_list):
+            pass
+
+        stock_pytree.register_pytree_node(Sub, lambda x: (list(x)[::-1], None), lambda xs, _: Sub(xs),
+                                          serialized_type_name="test_pytree.Sub")
+        monkeypatch.setattr(stock_pytree, "_test_sub", Sub, raising=False)
+        tree = [Sub([1, 2]), ic.immutable_list([3])]
+    try:
+        before = _C.pytree_counts()["stock.node"]
+        assert fast["tree_leaves"](tree) == STOCK_LEAVES(tree)
+        assert list(fast["tree_iter"](tree)) == list(STOCK_ITER(tree))
+        assert _C.pytree_counts()["stock.node"] == before + 2
+    finally:
+        if change == "subclass":
+            stock_pytree._deregister_pytree_node(stock_pytree._test_sub)
+    monkeypatch.undo()
+    assert fast["tree_leaves"]([ic.immutable_dict(a=1, b=ic.immutable_list([2, 3]))]) == [1, 2, 3]
+
+
+def test_unproven_fx_containers_go_to_stock(monkeypatch):
+    from torch.fx import immutable_collections as ic
+
+    from fastfake.common import compat
+
+    fast = _fast()
+    tree = (1, ic.immutable_list([2]))
+    monkeypatch.setattr(compat, "PYTREE_FX_SOURCES", {})
+    compat.pytree_fx_source_digest.cache_clear()
+    try:
+        assert _pytree._fx_containers() == (None, None, None, None)
+        _C.setup_pytree_fx(*_pytree._fx_containers())
+        before = _C.pytree_counts()["stock.node"]
+        assert fast["tree_leaves"](tree) == [1, 2]
+        assert _C.pytree_counts()["stock.node"] == before + 1
+    finally:
+        monkeypatch.undo()
+        compat.pytree_fx_source_digest.cache_clear()
+        _C.setup_pytree_fx(*_pytree._fx_containers())
+    before = _C.pytree_counts()["leaves.served"]
+    assert fast["tree_leaves"](tree) == [1, 2]
+    assert _C.pytree_counts()["leaves.served"] == before + 1
 
 
 def test_random_comparison_sees_a_wrong_answer():

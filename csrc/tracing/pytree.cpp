@@ -46,6 +46,12 @@ PyObject* g_supported = nullptr;
 PyObject* g_defs[3] = {nullptr, nullptr, nullptr}; // tuple, list, dict NodeDefs
 PyObject* g_stock[4] = {nullptr, nullptr, nullptr, nullptr}; // map_only, map, leaves, iter
 PyObject* g_check = nullptr;
+// FX's immutable_list / immutable_dict and their registry entries (nullptr: not
+// offered); flattened like list / dict by tree_leaves and tree_iter only
+PyObject* g_fx_types[2] = {nullptr, nullptr};
+PyObject* g_fx_defs[2] = {nullptr, nullptr};
+PyObject* g_values = nullptr; // "values", "keys": the methods stock's dict flatten calls
+PyObject* g_keys = nullptr;
 int g_fault = 0;
 constexpr int kMaxDepth = 64;
 
@@ -78,14 +84,42 @@ struct Flat {
   }
 };
 
+// FX's immutable_list (i = 0) or immutable_dict (i = 1) flattens, as stock's
+// registry entry does (`_list_flatten`: the list itself, iterated; `_dict_flatten`:
+// `list(d.values()), list(d.keys())`), exactly as a list / dict: the entry is the
+// one seen at setup and the class still inherits the iteration and the methods
+// stock's flatten calls.
+bool fx_container_is_stock(int i) {
+  PyTypeObject* t = reinterpret_cast<PyTypeObject*>(g_fx_types[i]);
+  PyObject* d = PyDict_GetItemWithError(g_supported, g_fx_types[i]);
+  if (d != g_fx_defs[i]) {
+    PyErr_Clear();
+    return false;
+  }
+  if (i == 0) return t->tp_iter == PyList_Type.tp_iter;
+  return t->tp_iter == PyDict_Type.tp_iter && _PyType_Lookup(t, g_values) == _PyType_Lookup(&PyDict_Type, g_values) &&
+         _PyType_Lookup(t, g_keys) == _PyType_Lookup(&PyDict_Type, g_keys);
+}
+
 // 1: flattened; 0: not plain (`why` says why; no Python ran); -1 never (no errors
-// can happen: only C-level reads).
-int flatten(PyObject* x, Flat& f, int depth, Count* why) {
+// can happen: only C-level reads). `fx`: FX's immutable_list / immutable_dict count
+// as list / dict (for the leaves; a map would rebuild them as their own types).
+int flatten(PyObject* x, Flat& f, int depth, Count* why, bool fx = false) {
   if (depth > kMaxDepth) {
     *why = StockDepth;
     return 0;
   }
   PyTypeObject* t = Py_TYPE(x);
+  if (fx && g_fx_types[0] != nullptr) {
+    PyObject* tt = reinterpret_cast<PyObject*>(t);
+    if (tt == g_fx_types[0] || tt == g_fx_types[1]) {
+      if (!fx_container_is_stock(tt == g_fx_types[0] ? 0 : 1)) {
+        *why = StockNode;
+        return 0;
+      }
+      t = tt == g_fx_types[0] ? &PyList_Type : &PyDict_Type;
+    }
+  }
   if (t == &PyTuple_Type || t == &PyList_Type) {
     // (no Python runs while the items are flattened, so a list cannot change under it)
     const Py_ssize_t n = PySequence_Fast_GET_SIZE(x);
@@ -93,7 +127,7 @@ int flatten(PyObject* x, Flat& f, int depth, Count* why) {
     f.spec.push_back(t == &PyTuple_Type ? Tuple : List);
     f.spec.push_back(static_cast<int32_t>(n));
     for (Py_ssize_t i = 0; i < n; ++i) {
-      if (flatten(items[i], f, depth + 1, why) == 0) return 0;
+      if (flatten(items[i], f, depth + 1, why, fx) == 0) return 0;
     }
     return 1;
   }
@@ -114,7 +148,7 @@ int flatten(PyObject* x, Flat& f, int depth, Count* why) {
     while (PyDict_Next(x, &pos, &k, &v)) {
       Py_INCREF(k);
       PyList_SET_ITEM(keys, i++, k);
-      if (flatten(v, f, depth + 1, why) == 0) return 0;
+      if (flatten(v, f, depth + 1, why, fx) == 0) return 0;
     }
     return 1;
   }
@@ -318,7 +352,7 @@ PyObject* leaves_of(int which, PyObject* const* args, Py_ssize_t nargsf, PyObjec
   if (!registry_unchanged()) return to_stock(which, StockRegistry, args, nargsf, kwnames);
   Flat f;
   Count why = StockNode;
-  if (flatten(args[0], f, 0, &why) == 0) return to_stock(which, why, args, nargsf, kwnames);
+  if (flatten(args[0], f, 0, &why, true) == 0) return to_stock(which, why, args, nargsf, kwnames);
   PyObject* out = PyList_New(static_cast<Py_ssize_t>(f.leaves.size()));
   if (out == nullptr) return nullptr;
   const bool fault = g_fault > 0 && f.leaves.size() > 1;
@@ -374,6 +408,21 @@ void pytree_setup(PyObject* supported_nodes, PyObject* tuple_def, PyObject* list
     }
     Py_INCREF(stock[i]);
     Py_XSETREF(g_stock[i], stock[i]);
+  }
+}
+
+void pytree_setup_fx(PyObject* list_type, PyObject* dict_type, PyObject* list_def, PyObject* dict_def) {
+  PyObject* in[4] = {list_type, dict_type, list_def, dict_def};
+  PyObject** out[4] = {&g_fx_types[0], &g_fx_types[1], &g_fx_defs[0], &g_fx_defs[1]};
+  const bool on = list_type != Py_None && dict_type != Py_None && PyType_Check(list_type) && PyType_Check(dict_type);
+  for (int i = 0; i < 4; ++i) {
+    PyObject* v = on ? in[i] : nullptr;
+    Py_XINCREF(v);
+    Py_XSETREF(*out[i], v);
+  }
+  if (g_values == nullptr) {
+    g_values = PyUnicode_InternFromString("values");
+    g_keys = PyUnicode_InternFromString("keys");
   }
 }
 

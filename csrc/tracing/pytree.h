@@ -15,6 +15,10 @@ namespace fastfake {
 // stock), and stock's three functions (for every call the C path does not take).
 void pytree_setup(PyObject* supported_nodes, PyObject* tuple_def, PyObject* list_def, PyObject* dict_def,
                   PyObject* stock_map_only, PyObject* stock_map, PyObject* stock_leaves, PyObject* stock_iter);
+// FX's immutable_list and immutable_dict and their registry entries, flattened as
+// list and dict by tree_leaves / tree_iter while the registry holds those entries
+// (None, None: not offered).
+void pytree_setup_fx(PyObject* list_type, PyObject* dict_type, PyObject* list_def, PyObject* dict_def);
 // (tree_map_only, tree_map, tree_leaves, tree_iter) as C functions. New reference.
 PyObject* pytree_functions();
 // crosscheck: check(tree, value, leaves_only) after every served call, `value`

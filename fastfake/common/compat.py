@@ -452,6 +452,28 @@ def pytree_sources_proven() -> bool:
     return pytree_source_digest() in PYTREE_SOURCES
 
 
+#: Digest of FX's immutable containers and their flatten functions
+#: (``stock_sources.pytree_fx_containers``) -> the releases on which ``tree_iter`` /
+#: ``tree_leaves`` in C were proven to flatten them as list and dict.
+PYTREE_FX_SOURCES: dict[str, str] = {
+    "9e806f9459271660": "2.9.0, 2.13.0, 2.14.1, 2.15.0",
+}
+
+
+@functools.cache
+def pytree_fx_source_digest() -> str | None:
+    """Digest of FX's immutable containers as the C leaves see them (None if a source
+    cannot be read)."""
+    from fastfake.common.stock_sources import pytree_fx_containers
+
+    return _source_digest(lambda source: "\n--\n".join(source(fn) for fn in pytree_fx_containers()),
+                          PYTREE_FX_SOURCES)
+
+
+def pytree_fx_sources_proven() -> bool:
+    return pytree_fx_source_digest() in PYTREE_FX_SOURCES
+
+
 #: Digest of stock's ``SymNode.expr`` getter -> (the rule ``csrc/symbolic/symnode_expr.cpp``
 #: computes for it, the releases it was proven on). Rules: 1 = 2.13's
 #: ``is_number`` test, 2 = 2.14's ``is_Number``, 3 = 2.15's ``is_Number`` or

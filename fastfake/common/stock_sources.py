@@ -64,3 +64,12 @@ def pytree_functions() -> list[object]:
             p.tree_is_leaf, p._get_node_type, p.is_namedtuple_class, p.TreeSpec.unflatten,
             p._tuple_flatten, p._tuple_unflatten, p._list_flatten, p._list_unflatten,
             p._dict_flatten, p._dict_unflatten]
+
+
+def pytree_fx_containers() -> list[object]:
+    """FX's ``immutable_list`` / ``immutable_dict`` (the classes: they inherit
+    iteration, ``values`` and ``keys``) and the flatten functions registered for them,
+    which ``tree_leaves`` / ``tree_iter`` in C flatten as list and dict."""
+    from torch.fx import immutable_collections as ic
+
+    return [ic.immutable_list, ic.immutable_dict, ic._immutable_list_flatten, ic._immutable_dict_flatten]

@@ -554,13 +554,15 @@ def _pytree_program(mode, dev: str) -> list:
     module, or fastfake's view of it), over plain trees (nested tuples, lists and
     dicts with int and str keys, empty ones, None, scalars, strings, fake tensors,
     SymInts) and trees the C path hands to stock (a namedtuple, an OrderedDict, a
-    deque, a torch.Size): the results, which containers are fresh, the order of the
+    deque, a torch.Size; FX's immutable_list / immutable_dict, whose leaves the C path
+    takes): the results, which containers are fresh, the order of the
     calls, an error raised at the second leaf; then a whole AOTAutograd trace
     (forward and backward graph code) through every call site."""
     import collections
 
     import torch.fx.graph as fx_graph
     from torch._subclasses import functional_tensor as ft
+    from torch.fx.immutable_collections import immutable_dict, immutable_list
     from torch._subclasses.fake_tensor import unset_fake_temporarily
 
     p = ft.pytree
@@ -571,7 +573,7 @@ def _pytree_program(mode, dev: str) -> list:
     trees = [x, None, 5, "k", (), [], {}, (x,), [x, (None, 2.5)], {"b": x, "a": [s, "k", y]},
              ((x, [y, {}]), {"z": (None,)}), [[], [[]], ()], {1: x, "1": y, (2, 3): s},
              point(x, 2), collections.OrderedDict(a=x), collections.deque([x, y]), torch.Size([2, 3]),
-             [x, point(y, s)]]
+             [x, point(y, s)], (immutable_list([x, s]), immutable_dict(b=y, a=immutable_list([None, x])))]
 
     def fresh(tree, result):
         # which containers of the result are the input's own objects

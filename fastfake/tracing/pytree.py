@@ -105,6 +105,27 @@ def available() -> bool:
         return False
 
 
+def _fx_containers() -> tuple:
+    """(immutable_list, immutable_dict, their registry entries) when ``tree_leaves`` /
+    ``tree_iter`` in C may flatten them as list and dict: their sources are proven
+    (``compat.PYTREE_FX_SOURCES``) and the registry holds stock's entries for them;
+    else four Nones (they go to stock, as any other registered node)."""
+    from fastfake.common import compat as _compat
+
+    try:
+        import torch.utils._pytree as p
+        from torch.fx import immutable_collections as ic
+
+        if _compat.pytree_fx_sources_proven():
+            pairs = ((ic.immutable_list, ic._immutable_list_flatten), (ic.immutable_dict, ic._immutable_dict_flatten))
+            defs = [p.SUPPORTED_NODES.get(cls) for cls, _ in pairs]
+            if all(d is not None and d.flatten_fn is fn for d, (_, fn) in zip(defs, pairs)):
+                return (ic.immutable_list, ic.immutable_dict, *defs)
+    except Exception:  # noqa: BLE001 - anything unexpected: not offered
+        pass
+    return (None, None, None, None)
+
+
 def setup() -> None:
     import torch.utils._pytree as p
 
@@ -114,6 +135,7 @@ def setup() -> None:
     _stock.update({n: getattr(p, n) for n in _SERVED})
     _C.setup_pytree(p.SUPPORTED_NODES, p.SUPPORTED_NODES[tuple], p.SUPPORTED_NODES[list],
                     p.SUPPORTED_NODES[dict], *(_stock[n] for n in _SERVED))
+    _C.setup_pytree_fx(*_fx_containers())
     _fast.update(zip(_SERVED, _C.pytree_functions()))
 
 
