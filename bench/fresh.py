@@ -22,7 +22,8 @@ each repetition as a child ``python -m bench.fresh --child ...`` that
 4. times the workload's first trace: ``time.process_time()`` (CPU seconds of the
    whole process, every thread) and ``time.perf_counter()`` (wall) around one
    ``run()`` after a full garbage collection; dynamo's ``entire_frame_compile``,
-   ``fastfake.stats()`` and stock's dispatch counters are reported too;
+   ``fastfake.stats()``, stock's dispatch counters and the garbage collector's CPU
+   seconds per generation during the trace (``gc``) are reported too;
 5. unless ``--no-second``: ``torch._dynamo.reset()``, ``FakeTensorMode.cache_clear()``
    and times the same trace again: the **second compile in the same process** (the
    process is warm; both implementations' caches are empty; fastfake keeps its
@@ -85,6 +86,23 @@ def _graphs_json(graphs) -> list:
              [(n, op, _ADDRESS.sub("", tgt), val) for n, op, tgt, val in g.meta]] for g in graphs]
 
 
+class _GcTimer:
+    """A ``gc.callbacks`` entry: CPU seconds and number of collections per generation."""
+
+    def __init__(self) -> None:
+        self.cpu = [0.0, 0.0, 0.0]
+        self.count = [0, 0, 0]
+        self.start = 0.0
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self.start = time.process_time()
+        else:
+            g = info["generation"]
+            self.cpu[g] += time.process_time() - self.start
+            self.count[g] += 1
+
+
 def _timed(run, *, capture: bool = False, fake_share: bool = False, symnode: bool = False) -> dict:
     """One timed trace (``run()``) with the counters of the in-process harness."""
     import gc
@@ -101,13 +119,16 @@ def _timed(run, *, capture: bool = False, fake_share: bool = False, symnode: boo
     gc.collect()
     harness.reset_counters()
     hits0 = _ft.FakeTensorMode.cache_hits
+    collector = _GcTimer()
     if timer is not None:
         timer.__enter__()
+    gc.callbacks.append(collector)
     try:
         t = _clock()
         graphs = run(capture=capture)
         took = _since(t)
     finally:
+        gc.callbacks.remove(collector)
         if timer is not None:
             timer.__exit__(None, None, None)
     timing = harness.workload_times()
@@ -117,6 +138,9 @@ def _timed(run, *, capture: bool = False, fake_share: bool = False, symnode: boo
         "trace": harness.trace_seconds(took["wall"], timing),
         "timing": timing,
         "stats": harness.collect_stats(hits0),
+        # (the garbage collector's part of "cpu", by generation; objects it tracks after)
+        "gc": {"cpu": sum(collector.cpu), "cpu_by_generation": collector.cpu,
+               "collections": collector.count, "tracked_after": len(gc.get_objects())},
     }
     if capture:
         out["graphs"] = _graphs_json(graphs)
@@ -260,10 +284,11 @@ def graph_records(graphs_json: list) -> list:
 
 def run_entry(rep: dict, which: str) -> dict:
     """One repetition of a row from a child report: ``seconds`` (the row's metric,
-    CPU seconds), cpu, wall, trace, timing, stats, and the child's other costs."""
+    CPU seconds), cpu, wall, trace, timing, stats, the garbage collector's part, and
+    the child's other costs."""
     m = rep[which]
     entry = {"seconds": m["cpu"], "cpu": m["cpu"], "wall": m["wall"], "trace": m["trace"],
-             "timing": m["timing"], "stats": m["stats"]}
+             "timing": m["timing"], "stats": m["stats"], "gc": m.get("gc")}
     if which == "first":
         entry["child"] = {k: rep[k] for k in ("import_torch", "import_fastfake", "install", "warmup", "build",
                                                "child", "process_wall", "selftest") if k in rep}

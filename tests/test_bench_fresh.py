@@ -71,6 +71,10 @@ def test_fresh_process_rows_end_to_end(tmp_path):
             assert run["seconds"] == run["cpu"]
             assert row[f"{impl}_median_s"] == row[f"{impl}_cpu_median_s"] == run["cpu"]
             assert run["timing"]["entire_frame_compile"] > 0
+            # the garbage collector's part of the trace: within its CPU, per generation
+            g = run["gc"]
+            assert 0 <= g["cpu"] <= run["cpu"] and g["cpu"] == pytest.approx(sum(g["cpu_by_generation"]))
+            assert g["collections"][0] > 0 and g["tracked_after"] > 100_000
         assert row["speedup"] == pytest.approx(row["stock_median_s"] / row["fastfake_median_s"])
         assert row["verdict"] in ("ok", "slower (allowed)")
         assert row["never_slower"]["noise"] == pytest.approx(verdict.FLOOR)
