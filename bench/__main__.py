@@ -22,8 +22,10 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
+import tempfile
 import time
 import traceback
 import warnings
@@ -99,6 +101,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-second", dest="second", action="store_false",
                    help="fresh-process rows: skip the second trace in the same process "
                         "(the '(2nd in process)' rows)")
+    p.add_argument("--no-warm-store", dest="warm_store", action="store_false",
+                   help="fresh-process rows: skip the row of fastfake children that start with the "
+                        "records the previous fastfake child kept on disk (fastfake/store/)")
     p.add_argument("--warm-process", action="store_true",
                    help="implies --in-process; compile rows as a long-running process compiles "
                         "again: one untimed compile per implementation first, then each repetition "
@@ -390,7 +395,7 @@ def _steps_per_row(args, workload: str) -> int:
     """Progress steps of one (model, workload) row."""
     extra = 0 if args.no_dispatch_share else 1 + (workload in harness.SYMBOLIC_WORKLOADS)
     if _is_fresh(args, workload):  # the graphs are captured by the timed children
-        return 2 * args.repeat + extra
+        return (3 if args.warm_store else 2) * args.repeat + extra
     checks = 2 if args.check_graphs and not WORKLOADS[workload].subprocess else 0
     return 2 * args.repeat + extra + checks
 
@@ -398,6 +403,7 @@ def _steps_per_row(args, workload: str) -> int:
 #: The model column of model-free workloads (bench/synthetic.py).
 MODEL_FREE = "-"
 SECOND = " (2nd in process)"
+WARM = " (warm store)"
 
 
 def _is_fresh(args, workload: str) -> bool:
@@ -417,6 +423,10 @@ def run_fresh(model_name: str, wl, args, progress: Progress, store: str) -> list
 
     row = new_row(wl.name, "fresh")
     second = new_row(wl.name + SECOND, "fresh-second") if args.second else None
+    # fastfake with the records an earlier process kept (fastfake/store/): the same
+    # stock repetitions, and a fastfake child right after each empty-store one
+    warm = new_row(wl.name + WARM, "fresh-warm-store") if args.warm_store else None
+    learned = os.path.join(store, "store")
     graphs: dict[str, list] = {i: [] for i in harness.IMPLS}
 
     def child(impl: str, **kw) -> dict:
@@ -429,6 +439,8 @@ def run_fresh(model_name: str, wl, args, progress: Progress, store: str) -> list
             if impl in row["errors"]:
                 progress.note(f"{label}: skipped ({impl} failed before)")
                 continue
+            if impl == "fastfake":
+                shutil.rmtree(learned, ignore_errors=True)  # an empty store: no earlier process
             try:
                 r = child(impl, second=args.second, capture=args.check_graphs)
             except Exception as e:
@@ -443,6 +455,21 @@ def run_fresh(model_name: str, wl, args, progress: Progress, store: str) -> list
                 second["runs"][impl].append(fresh.run_entry(r, "second"))
                 msg += f" (2nd in process {r['second']['cpu']:.1f} s cpu)"
             progress.note(msg + f"; process {r['process_wall']:.0f} s wall")
+            if warm is None:
+                continue
+            if impl == "stock":
+                warm["runs"]["stock"].append(row["runs"]["stock"][-1])
+                continue
+            try:
+                w = child("fastfake", second=False)
+            except Exception as e:
+                warm["errors"]["fastfake"] = f"{type(e).__name__}: {str(e)[-1500:]}"
+                progress.note(f"{label} with the store it left: FAILED: {str(e).splitlines()[0][:200]}")
+                continue
+            warm["runs"]["fastfake"].append(fresh.run_entry(w, "first"))
+            served = w["first"]["stats"].get("store.served", 0)
+            progress.note(f"{label} with the store it left: {w['first']['cpu']:.1f} s cpu "
+                          f"({served} first calls served from it)")
 
     if not args.no_dispatch_share:
         if "stock" in row["errors"]:
@@ -502,6 +529,11 @@ def run_fresh(model_name: str, wl, args, progress: Progress, store: str) -> list
     if second is not None:
         second["errors"] = {k: v for k, v in row["errors"].items() if k in harness.IMPLS}
         out.append(finish_row(second))
+    if warm is not None:
+        if "stock" in row["errors"]:
+            warm["errors"]["stock"] = row["errors"]["stock"]
+        out.append(finish_row(warm))
+    shutil.rmtree(learned, ignore_errors=True)
     return out
 
 
@@ -736,6 +768,10 @@ def main(argv=None) -> int:
 
     progress = Progress(sum(_steps_per_row(args, w) for _, w in args.cells))
     t_start = time.perf_counter()
+    # This process's own fastfake cache (the self-test result, learned records): a
+    # directory of this run, so that nothing an earlier run kept serves its rows.
+    parent_cache = tempfile.mkdtemp(prefix="fastfake-bench-cache-")
+    os.environ["FASTFAKE_CACHE_DIR"] = parent_cache
     if any(not _is_fresh(args, w) for w in args.workloads):
         _log("warming up (one tiny compile per implementation) ...")
         _warmup()
@@ -766,10 +802,9 @@ def main(argv=None) -> int:
         built = (None, None, None)
     finally:
         if store is not None:
-            import shutil
-
             shutil.rmtree(store, ignore_errors=True)
-    harness.set_impl("stock")
+        harness.set_impl("stock")  # (uninstall() writes this process's new records)
+        shutil.rmtree(parent_cache, ignore_errors=True)
     wall = time.perf_counter() - t_start
     verdict.check_rows(rows, allow_slower=args.allow_slower)
 

@@ -41,9 +41,10 @@ def set_impl(impl: str) -> None:
 
 
 def forget_signatures() -> None:
-    """Make fastfake cold again: drop its result cache and its learned elementwise
-    signatures (the registrations are restored at once). Uses fastfake internals
-    for the latter; a no-op if they are missing."""
+    """Make fastfake cold again: drop its result cache, its learned elementwise
+    signatures (the registrations are restored at once) and the records its store
+    holds in memory (those on disk are read again at the next first call). Uses
+    fastfake internals for the latter; a no-op if they are missing."""
     fastfake.cache_clear()
     try:
         from fastfake import _C
@@ -51,6 +52,12 @@ def forget_signatures() -> None:
 
         _C.clear_elementwise()
         _registry.register_all(_C)
+    except Exception:  # pragma: no cover - internals moved
+        pass
+    try:
+        from fastfake.store import records as _records
+
+        _records.clear()
     except Exception:  # pragma: no cover - internals moved
         pass
 

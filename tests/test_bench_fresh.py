@@ -58,8 +58,16 @@ def test_fresh_process_rows_end_to_end(tmp_path):
     rc, data, rows = _run(tmp_path, "fresh", ["--models", "bert", "--workloads", "compile_dynamic"])
     assert rc == 0
     assert data["meta"]["mode"] == "fresh" and data["meta"]["second"] is True
-    assert set(rows) == {("bert", "compile_dynamic"), ("bert", "compile_dynamic (2nd in process)")}
+    assert set(rows) == {("bert", "compile_dynamic"), ("bert", "compile_dynamic (2nd in process)"),
+                         ("bert", "compile_dynamic (warm store)")}
     first, second = rows["bert", "compile_dynamic"], rows["bert", "compile_dynamic (2nd in process)"]
+    warm = rows["bert", "compile_dynamic (warm store)"]
+    # the warm-store row: the same stock repetitions; a fastfake child that read the
+    # records the empty-store child before it kept (and that one read none)
+    assert warm["mode"] == "fresh-warm-store" and warm["runs"]["stock"] == first["runs"]["stock"]
+    (w,) = warm["runs"]["fastfake"]
+    assert w["stats"]["store.file.loaded"] == 1
+    assert first["runs"]["fastfake"][0]["stats"]["store.file.absent"] == 1
     assert first["mode"] == "fresh" and second["mode"] == "fresh-second"
     assert first["metric"] == second["metric"] == "cpu"
     assert first["graphs_identical"] is True, first.get("graph_diff")
@@ -98,7 +106,9 @@ def test_fresh_process_model_free_workloads(tmp_path):
     rc, data, rows = _run(tmp_path, "synthetic", ["--models", "bert,gpt2", "--workloads",
                                                   "export_data_dependent,symint_arith", "--no-second"])
     assert rc == 0
-    assert set(rows) == {("-", "export_data_dependent"), ("-", "symint_arith")}
+    assert set(rows) == {("-", "export_data_dependent"), ("-", "symint_arith"),
+                         ("-", "export_data_dependent (warm store)"), ("-", "symint_arith (warm store)")}
+    rows = {k: v for k, v in rows.items() if not k[1].endswith("(warm store)")}
     for row in rows.values():
         assert row["graphs_identical"] is True, row.get("graph_diff")
         assert row["stock_median_s"] > 0 and row["fastfake_median_s"] > 0

@@ -120,7 +120,8 @@ def test_install_touches_only_the_patched_attributes(stock):
     from torch.fx.passes.fake_tensor_prop import FakeTensorProp
 
     hooked = tuple(_symnode.hooks())  # the SymNode memo's binary ops (fastfake/symbolic/symnode_memo.py)
-    patched = ("__torch_dispatch__", "device", "_output_from_cache_entry", "_cache_key", "cache_info", "cache_clear")
+    patched = ("__torch_dispatch__", "device", "_output_from_cache_entry", "_cache_key", "_cached_dispatch_impl",
+               "cache_info", "cache_clear")
     # SymNode.expr (fastfake/symbolic/symnode_expr.py), FakeTensorProp.run_node (fastfake/tracing/fake_prop.py)
     patched += ("expr",) * _symnode_expr.available() + ("run_node",) * _fake_prop.available()
     patched += ("maybe_as_int",) * _symnode_int.available()  # fastfake/symbolic/symnode_int.py

@@ -15,6 +15,7 @@ import fastfake
 from fastfake.common import compat as _compat
 from fastfake.tracing import fake_prop as _fake_prop
 from fastfake.tracing import pytree as _pytree
+from fastfake.store import records as _store
 from fastfake.cache import item_memo as _item_memo
 from fastfake.cache import rerun as _rerun
 from fastfake.symbolic import symnode_memo as _symnode
@@ -56,6 +57,8 @@ def test_passes_here_and_every_feature_served():
         expected.add("cache_item_memo")
     if _pytree.available():
         expected.add("pytree")
+    if _store.available():
+        expected.add("store")
     assert set(report["passed"]) == expected
     assert all(report["passed"].values())
     # Each feature served results itself, so the comparison proved something.

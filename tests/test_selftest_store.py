@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import fastfake
+from fastfake.common import cache_files as _cache_files
 from fastfake.core import selftest_store as store
 from faults import in_subprocess
 
@@ -560,7 +561,7 @@ def test_a_dead_writers_temporary_file_is_removed(tmp_path):
     old, fresh = d / ".tmp-old.json", d / ".tmp-fresh.json"
     old.write_text("{")
     fresh.write_text("{")  # another process writing now
-    t = time.time_ns() - store.STALE_TMP_NS - 10**9
+    t = time.time_ns() - _cache_files.STALE_TMP_NS - 10**9
     os.utime(old, ns=(t, t))
     assert store.save(str(d / "k.json"), "k", {}, _good_report())
     assert sorted(os.listdir(d)) == [".tmp-fresh.json", "k.json"]

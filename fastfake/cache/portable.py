@@ -361,21 +361,31 @@ class _Frame:
         self.close()
 
 
-def key_logger(original: Any) -> Any:
+def key_logger(original: Any, after: Any = None) -> Any:
     """``FakeTensorMode._cache_key`` logging, while a miss is recorded, the keys
     stock's cache code builds (called from ``_cached_dispatch_impl``; fastfake's
-    own key computations are not logged). Otherwise the original, unchanged."""
-    cached_code = ft.FakeTensorMode._cached_dispatch_impl.__code__
+    own key computations are not logged), and handing each key stock's cache code
+    builds to ``after(mode, state, func, key)`` (the learned-record store,
+    fastfake/store/records.py). Otherwise the original, unchanged."""
+    from fastfake.common.originals import original as _original
+
+    cached_code = _original(ft.FakeTensorMode, "_cached_dispatch_impl").__code__
+    getframe = sys._getframe
 
     def _cache_key(self, state, func, args, kwargs):
-        if not _OPEN[0] or sys._getframe(1).f_code is not cached_code:
+        if getframe(1).f_code is not cached_code:
             return original(self, state, func, args, kwargs)
-        try:
+        if not _OPEN[0]:
             key = original(self, state, func, args, kwargs)
-        except ft._BypassDispatchCache as e:
-            _KEY_LOG.append((None, e.reason, False))
-            raise
-        _KEY_LOG.append((key, None, state.cache_on_shape_env()))
+        else:
+            try:
+                key = original(self, state, func, args, kwargs)
+            except ft._BypassDispatchCache as e:
+                _KEY_LOG.append((None, e.reason, False))
+                raise
+            _KEY_LOG.append((key, None, state.cache_on_shape_env()))
+        if after is not None:
+            after(self, state, func, key)
         return key
 
     _cache_key.__wrapped__ = original  # type: ignore[attr-defined]

@@ -639,3 +639,37 @@ def stub_extract() -> object | None:
         want += [("LOAD_FAST", me), ("LOAD_ATTR", field)]
     want += [("CALL", 6), ("RETURN_VALUE", None)]
     return fn if instructions(fn) == want else None
+
+
+#: Digest of the stock cache code the learned-record store relies on
+#: (``stock_sources.store_functions``) -> the releases it was proven on.
+STORE_SOURCES: dict[str, str] = {
+    "c866d194401ae6b2": "2.13.0",
+}
+
+
+@functools.cache
+def store_source_digest() -> str | None:
+    from fastfake.common.stock_sources import store_functions
+
+    return _source_digest(lambda source: "\n--\n".join(source(fn) for fn in store_functions()), STORE_SOURCES)
+
+
+def store_entries_known() -> bool:
+    """Stock's dispatch cache is laid out as the store keeps it (entries, output
+    infos and metadata with the fields fastfake/store/codec.py writes) and its cache
+    code is source-identical to a release the store was proven on."""
+    import dataclasses
+
+    ft = _ft()
+
+    def fields(cls: object) -> tuple:
+        return tuple(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else ()
+
+    if fields(ft._DispatchCacheValidEntry) != ("output_infos", "is_output_tuple"):
+        return False
+    if fields(ft._DispatchCacheEntryOutputInfo) != ("inplace_idx", "metadata", "view_idx", "constant_value"):
+        return False
+    if fields(ft._DispatchCacheBypassEntry) != ("reason",) or not fields(ft.TensorMetadata):
+        return False
+    return store_source_digest() in STORE_SOURCES

@@ -73,3 +73,20 @@ def pytree_fx_containers() -> list[object]:
     from torch.fx import immutable_collections as ic
 
     return [ic.immutable_list, ic.immutable_dict, ic._immutable_list_flatten, ic._immutable_dict_flatten]
+
+
+def store_functions() -> list[object]:
+    """The stock code the learned-record store (fastfake/store/records.py) relies on:
+    ``_cached_dispatch_impl`` (key, lookup, hit, miss and their counters), the hit's
+    output builders, the cache's store function and key (the originals while
+    fastfake's wrappers are in place)."""
+    from torch._subclasses import fake_tensor as ft
+
+    M = ft.FakeTensorMode
+
+    def stock(name: str) -> object:
+        return ORIGINALS.get((M, name)) or vars(M)[name]
+
+    return [stock("_cached_dispatch_impl"), stock("_output_from_cache_entry"),
+            M._get_output_tensor_from_cache_entry, ft._set_cache_key, ft._DispatchCacheKey.__init__,
+            ft._DispatchCacheKey.__eq__, ft._DispatchCacheKey.__hash__]

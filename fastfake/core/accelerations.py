@@ -135,6 +135,15 @@ ACCELERATIONS: tuple[Acceleration, ...] = (
         counts="ext:item_memo_counts,item_memo_set_counts",
         module="csrc/cache/item_memo.cpp, fastfake/cache/item_memo.py"),
     Acceleration(
+        "store", "records kept on disk",
+        "a later process's first call of the same op on the same shapes, strides and dtypes (stock's miss, calls without symbols)",
+        "the miss's key, entry and nested calls kept exactly and read back equal; served only where stock's hit builds what the miss returned and stock's cache is as where it was recorded",
+        ("store.served",), "store.", "cache",
+        needs=("cache",), available="fastfake.store.records:available", apply="fastfake.store.records:apply",
+        crosscheck="a call a record could serve runs stock's miss, whose record must equal the kept one",
+        counts="fastfake.store.records",
+        module="fastfake/store/"),
+    Acceleration(
         "device", "`FakeTensor.device`",
         "the Python property",
         "self-test",

@@ -27,6 +27,8 @@ from fastfake.core import selftest as _selftest
 from fastfake.core import selftest_store as _selftest_store
 from fastfake.stock import cache as _stock_cache
 from fastfake.stock import key as _stock_key
+from fastfake.store import files as _store_files
+from fastfake.store import records as _store
 from fastfake.symbolic import symnode_memo as _symnode
 from fastfake.tracing import fake_prop as _fake_prop
 from fastfake.symbolic import symnode_expr as _symnode_expr
@@ -346,7 +348,14 @@ def _apply(ft, opts: Options) -> None:
     _originals.patch(
         ft.FakeTensorMode,
         "_cache_key",
-        _portable.key_logger(_originals.original(ft.FakeTensorMode, "_cache_key")) if opts.cache else None,
+        _portable.key_logger(_originals.original(ft.FakeTensorMode, "_cache_key"), _store.at_key)
+        if opts.cache else None,
+    )
+    _originals.patch(
+        ft.FakeTensorMode,
+        "_cached_dispatch_impl",
+        _store.dispatch_wrapper(_originals.original(ft.FakeTensorMode, "_cached_dispatch_impl"))
+        if opts.cache else None,
     )
     _originals.patch(
         ft.FakeTensor,
@@ -414,6 +423,8 @@ def _stored_or_run(features: list[str], run) -> _selftest.Report:
     result, else built from torch's operator metadata and kept with the new one."""
     t0 = time.perf_counter()
     found = _selftest_store.lookup(features)
+    # (the learned-record store's file is keyed on the same installation)
+    _store_files.set_installation(found.parts or _selftest_store.components(features))
     table = found.pointwise  # only a hit carries one
     if table is None:
         table = _registry.pointwise_table()

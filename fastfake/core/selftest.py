@@ -187,6 +187,63 @@ def _portable_program(mode, dev: str) -> list:
         return out
 
 
+def _store_calls(dev: str) -> list:
+    """Each call once (a repeat would be served by the result cache, not the store;
+    so would a decomposition's repeated nested call, which the result cache counts
+    in stock's counters by its own rule, fastfake/stock/cache.py)."""
+    x = torch.empty(6, 8, device=dev)
+    w = torch.empty(8, 4, device=dev)
+    return [
+        ("mm", (x, w), torch.mm(x, w)),
+        ("view", (x,), x.view(12, 4)),
+        ("transpose", (x,), x.t()),
+        ("softmax", (x,), torch.softmax(x, -1)),
+        ("layer_norm", (x,), torch.nn.functional.layer_norm(x, (8,))),
+        ("var_mean", (x,), torch.var_mean(x, 1)),
+        ("sum", (x,), x.sum(0)),
+        ("cat", (x,), torch.cat([x, x], 1)),
+        ("bmm", (x, w), torch.bmm(x.unsqueeze(0), w.unsqueeze(0))),
+        ("add_ in place", (x,), x.add_(x)),
+    ]
+
+
+def _store_program(mode, dev: str) -> list:
+    """The calls in a mode of their own first (stock's misses: recorded where the
+    store is on, in memory only), stock's cache (and fastfake's result cache) then
+    cleared of what they added, then the same calls in ``mode``: each may be served
+    from a record. Stock's cache counters and call counts are compared too."""
+    from torch._subclasses.fake_tensor import FakeTensorMode as M
+    from torch.utils import _stats
+
+    from fastfake.stock import cache as _stock_cache
+    from fastfake.store import records as _records
+
+    with _records.isolated():
+        before = set(M.cache)
+        with M():
+            _store_calls(dev)
+        for k in [k for k in M.cache if k not in before]:
+            del M.cache[k]
+        _C.stock_cache_cleared()
+        _C.cache_clear()
+        _stock_cache.flush()
+        counts = (M.cache_hits, M.cache_misses, dict(M.cache_bypasses), dict(_stats.simple_call_counter))
+        with mode:
+            out = _store_calls(dev)
+        _stock_cache.flush()
+        calls = {k: v - counts[3].get(k, 0) for k, v in _stats.simple_call_counter.items()}
+        bypasses = {k: v - counts[2].get(k, 0) for k, v in M.cache_bypasses.items()}
+        added = [str(k.key[0]) for k in M.cache if k not in before]
+        out.append(("stock's cache", (), (M.cache_hits - counts[0], M.cache_misses - counts[1],
+                                         sorted(bypasses.items()), list(calls.items()), added)))
+        # (the other side of the comparison starts from the same cache)
+        for k in [k for k in M.cache if k not in before]:
+            del M.cache[k]
+        _C.stock_cache_cleared()
+        _C.cache_clear()
+    return out
+
+
 def _rerun_program(mode, dev: str) -> list:
     """Repeats of a call stock never caches (``_unsafe_view``), each on a new input
     tensor with the same metadata, and what its kernel memoised on that input."""
@@ -648,6 +705,7 @@ def _groups() -> list[tuple[str, Program, bool, tuple[str, ...]]]:
         ("cache", _cache_program, False, ("cpu", *accel)),
         ("cache_symbolic", _symbolic_program, True, ("cpu",)),
         ("cache_portable", _portable_program, True, ("cpu",)),
+        ("store", _store_program, False, ("cpu",)),
         ("cache_rerun", _rerun_program, True, ("cpu",)),
         ("cache_rerun_scalar", _rerun_scalar_program, True, ("cpu",)),
         ("cache_item_memo", _item_memo_program, True, ("cpu",)),

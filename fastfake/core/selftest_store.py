@@ -38,7 +38,6 @@ import importlib
 import json
 import os
 import sys
-import tempfile
 import time
 import types
 from dataclasses import dataclass
@@ -49,6 +48,8 @@ from fastfake import _C
 from fastfake.common import compat as _compat
 from fastfake.tracing import fake_prop as _fake_prop
 from fastfake.elementwise import registry as _registry
+from fastfake.common import cache_files as _cache_files
+from fastfake.common.env import cache_root as _cache_root
 from fastfake.common.env import flag as _env_flag
 from fastfake._version import __version__
 
@@ -98,16 +99,8 @@ _SKIP_DIRS = frozenset({"__pycache__", "include", "share", "bin"})
 def directory() -> str | None:
     """Where results are kept; None when there is no cache directory to use (no
     ``FASTFAKE_CACHE_DIR``, ``XDG_CACHE_HOME`` or home directory)."""
-    root = os.environ.get("FASTFAKE_CACHE_DIR")
-    if not root:
-        base = os.environ.get("XDG_CACHE_HOME")
-        if not base:
-            home = os.path.expanduser("~")
-            if not os.path.isabs(home):
-                return None
-            base = os.path.join(home, ".cache")
-        root = os.path.join(base, "fastfake")
-    return os.path.join(os.path.abspath(root), "selftest")
+    root = _cache_root()
+    return None if root is None else os.path.join(root, "selftest")
 
 
 # ---------------------------------------------------------------------------
@@ -350,47 +343,10 @@ def save(
     }
     if pointwise is not None:
         data["pointwise"] = pointwise
-    tmp = None
-    try:
-        os.makedirs(d, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=d)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=1)
-        os.replace(tmp, path)
-        tmp = None
-        _bound(d)
-        return True
-    except OSError:
+    if not _cache_files.replace_json(path, data, indent=1):
         return False
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-
-
-#: A writer's temporary file older than this was left by a process that died while
-#: writing; it is removed with the least recently used results.
-STALE_TMP_NS = 600 * 10**9
-
-
-def _bound(d: str) -> None:
-    try:
-        files = []
-        now = time.time_ns()
-        with os.scandir(d) as it:
-            for e in it:
-                if e.name.startswith(".tmp-"):
-                    if now - e.stat().st_mtime_ns > STALE_TMP_NS:
-                        os.unlink(e.path)
-                elif e.name.endswith(".json"):
-                    files.append((e.stat().st_mtime_ns, e.path))
-        files.sort()
-        for _, p in files[: max(0, len(files) - MAX_FILES)]:
-            os.unlink(p)
-    except OSError:
-        pass
+    _cache_files.bound(d, MAX_FILES)
+    return True
 
 
 @dataclass
