@@ -14,7 +14,7 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 #: Python subsystems, lowest first: a module may import its own folder and the
 #: folders before it. The top-level modules (the public API, cli) may import any.
-PY_LAYERS = ("common", "parity", "symbolic", "tracing", "convert", "elementwise", "stock", "cache", "core")
+PY_LAYERS = ("common", "parity", "symbolic", "tracing", "convert", "elementwise", "stock", "cache", "store", "core")
 #: C++ subsystems, lowest first; module.cpp (the bindings) may include any.
 CPP_LAYERS = ("common", "stock", "symbolic", "tracing", "cache", "elementwise", "convert", "dispatch")
 
