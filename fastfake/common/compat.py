@@ -645,6 +645,7 @@ def stub_extract() -> object | None:
 #: (``stock_sources.store_functions``) -> the releases it was proven on.
 STORE_SOURCES: dict[str, str] = {
     "c866d194401ae6b2": "2.13.0",
+    "6c92c21e5397237d": "2.14.1",  # (2.13.0's code; two comments differ)
 }
 
 
@@ -666,10 +667,13 @@ def store_entries_known() -> bool:
     def fields(cls: object) -> tuple:
         return tuple(f.name for f in dataclasses.fields(cls)) if dataclasses.is_dataclass(cls) else ()
 
-    if fields(ft._DispatchCacheValidEntry) != ("output_infos", "is_output_tuple"):
+    if fields(getattr(ft, "_DispatchCacheValidEntry", None)) != ("output_infos", "is_output_tuple"):
         return False
-    if fields(ft._DispatchCacheEntryOutputInfo) != ("inplace_idx", "metadata", "view_idx", "constant_value"):
+    if fields(getattr(ft, "_DispatchCacheEntryOutputInfo", None)) != (
+            "inplace_idx", "metadata", "view_idx", "constant_value"):
         return False
-    if fields(ft._DispatchCacheBypassEntry) != ("reason",) or not fields(ft.TensorMetadata):
+    if fields(getattr(ft, "_DispatchCacheBypassEntry", None)) != ("reason",):
+        return False
+    if not fields(getattr(ft, "TensorMetadata", None)) or not hasattr(ft, "_set_cache_key"):
         return False
     return store_source_digest() in STORE_SOURCES
