@@ -311,6 +311,33 @@ def test_multiple_and_none_outputs():
         assert "cache.miss" not in second[label], (label, second[label])
 
 
+def test_int_constant_outputs_served_as_stock_returns_them():
+    """The SDPA kernels of accelerators return ints among their tensors (cuDNN's
+    ``max_q`` / ``max_k``): stock caches them as constants (its hit returns an equal
+    int; not the same object, not even from one hit to the next). Served from
+    fastfake's entry, not handed to stock."""
+    trace = Trace()
+
+    def fn(q, k):
+        out = []
+        trace.start()
+        for label, (a, b) in (("cuda", (q, q)), ("cuda, other key length", (q, k))):
+            r1 = aten._scaled_dot_product_cudnn_attention.default(a, b, b, None, False)
+            r2 = aten._scaled_dot_product_cudnn_attention.default(a, b, b, None, False)
+            trace.step(label)
+            out.append((r1, r2))
+        return out
+
+    both = _check(fn, _empty((2, 3, 300, 8), (2, 3, 257, 8), device="cuda:0"))
+    got = both.fast[1].value  # the served run
+    assert [type(x) for x in got[0][1]][4:6] == [int, int] and got[0][1][4:6] == (300, 300)
+    assert got[1][1][5] == 257
+    second = trace.of(2)
+    for label in ("cuda", "cuda, other key length"):
+        assert second[label].get("cache.hit", 0) >= 2, (label, second[label])
+        assert "cache.bypass.stock_uncacheable" not in second[label], (label, second[label])
+
+
 # ---------------------------------------------------------------------------
 # global state in the key
 # ---------------------------------------------------------------------------

@@ -74,6 +74,7 @@ size_t entry_bytes(const Key& key, const Entry& e) {
   n += kNode + sizeof(Key) + sizeof(Lru::iterator) + key.size() * sizeof(int64_t);
   for (const auto& o : e.outs) {
     n += sizeof(OutSpec) + (o.sizes.capacity() + o.strides.capacity()) * sizeof(int64_t);
+    if (o.constant != nullptr) n += 32; // a Python int
     if (o.sym) {
       const SymShape& m = *o.sym;
       n += sizeof(SymShape) + (m.sizes.capacity() + m.strides.capacity()) * sizeof(SymVal) +

@@ -95,7 +95,9 @@ struct SymShape {
 };
 
 struct OutSpec {
-  enum Kind : uint8_t { Inplace, None, Fresh, View } kind = None;
+  enum Kind : uint8_t { Inplace, None, Fresh, View, Constant } kind = None;
+  // Constant: the int stock's entry returns (its constant_value, the same object)
+  PyObject* constant = nullptr; // owned
   int64_t idx = -1; // in-place / view argument index
   at::ScalarType dtype = at::ScalarType::Undefined;
   std::vector<int64_t> sizes, strides;
@@ -131,7 +133,10 @@ struct Entry {
   void release() {
     Py_CLEAR(func);
     Py_CLEAR(validity);
-    for (auto& o : outs) Py_CLEAR(o.device);
+    for (auto& o : outs) {
+      Py_CLEAR(o.device);
+      Py_CLEAR(o.constant);
+    }
   }
 };
 

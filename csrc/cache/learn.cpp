@@ -226,7 +226,7 @@ bool learn_symbolic_tensor(const KeyCtx& ctx, PyObject* o, OutSpec& s) {
 // Parse the description fastfake.cache.learn.learn() returns:
 //   str                                   -> negative entry (stock bypassed)
 //   (is_tuple, [out, ...]) with out one of
-//     ("inplace", idx) | ("none",) |
+//     ("inplace", idx) | ("none",) | ("constant", int) |
 //     ("tensor", dtype, sizes, strides, offset, device, is_conj, is_neg, view_idx) |
 //     ("tensor", ..., view_idx, "unsafe view")   (a view with a version of its own) |
 //     ("tensor_sym", synthesised FakeTensor, view_idx)      (symbolic keys only)
@@ -262,6 +262,12 @@ bool parse_entry(const KeyCtx& ctx, PyObject* desc, Entry& e) {
       s.idx = PyLong_AsLongLong(PyTuple_GET_ITEM(o, 1));
     } else if (std::strcmp(kind, "none") == 0) {
       s.kind = OutSpec::None;
+    } else if (std::strcmp(kind, "constant") == 0) {
+      // stock's hit returns its entry's constant_value itself: keep that object
+      if (PyTuple_GET_SIZE(o) != 2 || !PyLong_CheckExact(PyTuple_GET_ITEM(o, 1))) return false;
+      s.kind = OutSpec::Constant;
+      s.constant = PyTuple_GET_ITEM(o, 1);
+      Py_INCREF(s.constant);
     } else if (std::strcmp(kind, "tensor_sym") == 0 && ctx.symbolic) {
       if (!learn_symbolic_tensor(ctx, o, s)) {
         PyErr_Clear();
@@ -303,6 +309,7 @@ bool parse_entry(const KeyCtx& ctx, PyObject* desc, Entry& e) {
     if (PyErr_Occurred()) {
       PyErr_Clear();
       Py_CLEAR(s.device);
+      Py_CLEAR(s.constant);
       return false;
     }
     e.outs.push_back(std::move(s));

@@ -68,7 +68,10 @@ Entry clone(const Entry& e) {
   Entry c = e;
   Py_XINCREF(c.func);
   Py_XINCREF(c.validity);
-  for (auto& o : c.outs) Py_XINCREF(o.device);
+  for (auto& o : c.outs) {
+    Py_XINCREF(o.device);
+    Py_XINCREF(o.constant);
+  }
   c.bytes = 0;
   return c;
 }

@@ -545,6 +545,9 @@ PyObject* rebuild_one(PyObject* mode, PyObject* args, const KeyCtx& ctx, const O
   switch (s.kind) {
     case OutSpec::None:
       Py_RETURN_NONE;
+    case OutSpec::Constant:
+      Py_INCREF(s.constant);
+      return s.constant;
     case OutSpec::Inplace: {
       if (s.idx < 0 || s.idx >= PyTuple_GET_SIZE(args)) {
         PyErr_SetString(PyExc_RuntimeError, "fastfake cache: in-place index out of range");

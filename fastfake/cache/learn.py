@@ -216,13 +216,19 @@ def still_valid(env, validity) -> bool:
 
 
 def _classify(func, info):
-    """One output of a stock entry: ``("inplace", idx)`` / ``("none",)`` (final),
-    ``("tensor", view_idx)`` (to be described), or a ``str`` reason not to cache."""
+    """One output of a stock entry: ``("inplace", idx)`` / ``("none",)`` /
+    ``("constant", int)`` (final), ``("tensor", view_idx)`` (to be described), or a
+    ``str`` reason not to cache. A constant is an int stock's hit returns as it
+    stored it (the same object: an SDPA kernel's ``max_q`` / ``max_k``); a SymInt
+    constant is not served."""
     if info.inplace_idx is not None:
         return ("inplace", info.inplace_idx)
     m = info.metadata
     if m is None and info.view_idx is None:
-        return "constant output" if info.constant_value is not None else ("none",)
+        v = info.constant_value
+        if v is None:
+            return ("none",)
+        return ("constant", v) if type(v) is int else "constant output"
     if m is None or m.layout != torch.strided or m.requires_grad or m.is_quantized:
         return "output kind"
     if func.is_view and info.view_idx is None:
@@ -374,7 +380,7 @@ def learn(mode, func, args, kwargs, out=None, stock_hit=False):
 
     Returns ``None`` (nothing to record), a ``str`` reason (stock does not cache
     this call: record a negative entry), or ``(is_output_tuple, outputs)`` with each
-    output ``("inplace", idx)``, ``("none",)``,
+    output ``("inplace", idx)``, ``("none",)``, ``("constant", int)``,
     ``("tensor", dtype, sizes, strides, storage_offset, device, is_conj, is_neg, view_idx)``
     or, for symbolic keys, ``("tensor_sym", synthesised_fake_tensor, view_idx)``.
     """

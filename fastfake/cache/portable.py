@@ -506,7 +506,7 @@ def learn(mode: Any, func: Any, args: tuple, kwargs: Any, out: Any, state: Any) 
     involved = set(signature_symbols(sig))
     for info, o in zip(entry.output_infos, outs):
         c = _cache._classify(func, info)
-        if isinstance(c, str) or c[0] == "inplace":
+        if isinstance(c, str) or c[0] in ("inplace", "constant"):
             return None
         if c[0] == "none":
             described.append(c)
