@@ -152,6 +152,18 @@ def _timed(run, *, capture: bool = False, fake_share: bool = False, symnode: boo
     return out
 
 
+def _before_install(workload: str) -> None:
+    """The workload's ``before_install`` hook (bench.records.Workload), if any."""
+    import importlib
+
+    from . import workloads
+
+    hook = workloads.get(workload).before_install
+    if hook:
+        mod, fn = hook.split(":")
+        getattr(importlib.import_module(mod), fn)()
+
+
 def child(args) -> dict:
     t_start = _clock()
     t = _clock()
@@ -168,6 +180,8 @@ def child(args) -> dict:
 
         FakeTensorMode()
         report["first_mode"] = _since(t)
+    if not args.install_only:
+        _before_install(args.workload)
     t = _clock()
     import fastfake
 
@@ -237,12 +251,20 @@ def _env(store: str | None, cache_dir: str | None = None) -> dict[str, str]:
 def make_store() -> str:
     """A directory for fastfake's install-time self-test result, filled by one
     ``install()`` in a fresh process (so no timed child runs the self-test)."""
+    from . import workloads
+
     store = tempfile.mkdtemp(prefix="fastfake-fresh-store-")
-    r = subprocess.run([sys.executable, "-c", "import torch, fastfake; fastfake.install()"], cwd=ROOT,
-                       env=_env(store), capture_output=True, text=True, timeout=1800)
-    if r.returncode != 0:
-        shutil.rmtree(store, ignore_errors=True)
-        raise RuntimeError(f"fastfake.install() failed in a fresh process: {r.stderr[-2000:]}")
+    # one result per set of devices the children prove (a before_install hook that
+    # brings a device up gives the self-test another key)
+    hooks = sorted({w.before_install for w in workloads.WORKLOADS.values() if w.before_install})
+    for hook in ["", *hooks]:
+        pre = f"import importlib; getattr(importlib.import_module({hook.split(':')[0]!r}), {hook.split(':')[1]!r})(); " \
+            if hook else ""
+        r = subprocess.run([sys.executable, "-c", f"import torch; {pre}import fastfake; fastfake.install()"], cwd=ROOT,
+                           env=_env(store), capture_output=True, text=True, timeout=1800)
+        if r.returncode != 0:
+            shutil.rmtree(store, ignore_errors=True)
+            raise RuntimeError(f"fastfake.install() failed in a fresh process: {r.stderr[-2000:]}")
     return store
 
 

@@ -152,6 +152,10 @@ class Workload:
     # The workload whose run on a tiny module warms a fresh child up before the
     # timed trace ("" = this one).
     warmup: str = ""
+    # "module:function" a fresh child calls before ``import fastfake`` and
+    # ``install()``: what the user's process has done by then (compile_tpu: TorchTPU
+    # imported, its ``tpu`` device up, as at ``import torch`` on a TPU host).
+    before_install: str = ""
 
     def __call__(self, model, inputs, *, spec=None, size: str = "default"):
         return self.factory(model, inputs, spec=spec, size=size)

@@ -254,18 +254,21 @@ from .openxla import (  # noqa: E402  (they use the records above)
 )
 from .openxla import backend_times as _xla_backend_times  # noqa: E402
 from .openxla import reset_backend_times as _xla_reset_backend_times  # noqa: E402
+from . import torchtpu as _torchtpu  # noqa: E402
 
 
 def backend_times() -> dict[str, float]:
     """Timers of what runs outside the in-process dynamo metrics: openxla's
     lowering and compile, and the report of the last inductor child process."""
     out = _xla_backend_times()
+    out.update(_torchtpu.backend_times())
     out.update(_inductor.backend_times())
     return out
 
 
 def reset_backend_times() -> None:
     _xla_reset_backend_times()
+    _torchtpu.reset_backend_times()
     _inductor.reset_backend_times()
 
 
@@ -321,6 +324,13 @@ for _w in XLA_WORKLOADS:
         WORKLOADS[_w.name] = _w
     else:
         UNAVAILABLE_WORKLOADS[_w.name] = _xla_why
+# compile_tpu: only where torch_tpu 0.2.0 and libtpu are installed (bench/torchtpu.py).
+_tpu_ok, _tpu_why = _torchtpu.have_torch_tpu()
+for _w in _torchtpu.TPU_WORKLOADS:
+    if _tpu_ok:
+        WORKLOADS[_w.name] = _w
+    else:
+        UNAVAILABLE_WORKLOADS[_w.name] = _tpu_why
 del _w
 
 WORKLOAD_NAMES: tuple[str, ...] = tuple(WORKLOADS)

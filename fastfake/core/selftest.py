@@ -695,11 +695,25 @@ def _pytree_program(mode, dev: str) -> list:
     return out
 
 
+def privateuse1_device() -> str:
+    """The name an out-of-tree backend gave the PrivateUse1 device (TorchTPU:
+    ``tpu``), "" while it has none: fake tensors on it are proven like ``cuda``
+    and ``xla`` ones."""
+    try:
+        name = torch._C._get_privateuse1_backend_name()
+    except Exception:  # noqa: BLE001
+        return ""
+    return "" if name == "privateuseone" else name
+
+
 # (feature, program, needs a ShapeEnv, devices it runs on)
 def _groups() -> list[tuple[str, Program, bool, tuple[str, ...]]]:
     accel = ["cuda"]
     if "torch_xla" in sys.modules:
         accel.append("xla")
+    private = privateuse1_device()
+    if private:
+        accel.append(private)
     return [
         ("elementwise", _elementwise_program, False, ("cpu", *accel)),
         ("cache", _cache_program, False, ("cpu", *accel)),

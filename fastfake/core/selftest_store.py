@@ -8,7 +8,8 @@ everything it was proven on is unchanged. The key covers
 
 * the files: name, size and modification time of every Python module and shared
   library of torch, sympy, optree, fastfake itself (its extension included) and,
-  when imported, torch_xla; the versions of torch (with its git revision), Python
+  when imported, torch_xla; the name of the PrivateUse1 device and, when imported,
+  torch_tpu; the versions of torch (with its git revision), Python
   and the release the extension was built for;
 * the process: the code of every function and method of the torch modules fastfake
   stands in for or calls (fake tensors, their converter and implementations,
@@ -241,6 +242,8 @@ def components(features: list[str]) -> dict[str, str]:
         "sympy": _package("sympy"),
         "optree": _package("optree"),
         "torch_xla": _package("torch_xla"),
+        # an out-of-tree device (TorchTPU's tpu): the self-test runs on it too
+        "privateuse1": f"{torch._C._get_privateuse1_backend_name()} {_package('torch_tpu')}",
         "torch_code": _modules_digest(TORCH_MODULES),
         "fastfake_code": _modules_digest(own),
         "torch_config": _configs(),
