@@ -52,10 +52,10 @@ def test_trace_time_leaves_the_stablehlo_out():
 
 
 def test_privateuse1_device_is_empty_without_a_backend():
-    from fastfake.core import selftest
+    from fastfake.common import compat
 
     name = torch._C._get_privateuse1_backend_name()
-    assert selftest.privateuse1_device() == ("" if name == "privateuseone" else name)
+    assert compat.privateuse1_device() == ("" if name == "privateuseone" else name)
 
 
 # --------------------------------------------------------------------------- #
@@ -107,10 +107,11 @@ def test_selftest_proves_the_tpu_device():
         "import json, warnings; warnings.filterwarnings('ignore')\n"
         "from bench import torchtpu; torchtpu.setup_torch_tpu()\n"
         "import fastfake\n"
+        "from fastfake.common import compat\n"
         "from fastfake.core import selftest, selftest_store\n"
         "fastfake.install()\n"
         "r = fastfake.selftest_report()\n"
-        "print(json.dumps({'device': selftest.privateuse1_device(), 'passed': r['passed'],\n"
+        "print(json.dumps({'device': compat.privateuse1_device(), 'passed': r['passed'],\n"
         "                  'skipped': r['skipped'], 'devices': [g[3] for g in selftest._groups()],\n"
         "                  'key': selftest_store.components([])['privateuse1']}))\n"
     )

@@ -677,3 +677,13 @@ def store_entries_known() -> bool:
     if not fields(getattr(ft, "TensorMetadata", None)) or not hasattr(ft, "_set_cache_key"):
         return False
     return store_source_digest() in STORE_SOURCES
+
+
+def privateuse1_device() -> str:
+    """The name an out-of-tree backend gave the PrivateUse1 device (TorchTPU:
+    ``tpu``), "" while it has none (or this torch cannot say)."""
+    try:
+        name = torch._C._get_privateuse1_backend_name()
+    except Exception:  # noqa: BLE001
+        return ""
+    return "" if name == "privateuseone" else name

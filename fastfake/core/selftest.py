@@ -33,6 +33,7 @@ import optree
 import torch
 
 from fastfake import _C
+from fastfake.common import compat as _compat
 from fastfake.core import accelerations as _accelerations
 from fastfake.core import counters as _counters
 from fastfake.tracing import functional as _functional
@@ -695,23 +696,12 @@ def _pytree_program(mode, dev: str) -> list:
     return out
 
 
-def privateuse1_device() -> str:
-    """The name an out-of-tree backend gave the PrivateUse1 device (TorchTPU:
-    ``tpu``), "" while it has none: fake tensors on it are proven like ``cuda``
-    and ``xla`` ones."""
-    try:
-        name = torch._C._get_privateuse1_backend_name()
-    except Exception:  # noqa: BLE001
-        return ""
-    return "" if name == "privateuseone" else name
-
-
 # (feature, program, needs a ShapeEnv, devices it runs on)
 def _groups() -> list[tuple[str, Program, bool, tuple[str, ...]]]:
     accel = ["cuda"]
     if "torch_xla" in sys.modules:
         accel.append("xla")
-    private = privateuse1_device()
+    private = _compat.privateuse1_device()  # fakes on it proven like cuda / xla ones
     if private:
         accel.append(private)
     return [

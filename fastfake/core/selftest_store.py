@@ -243,7 +243,7 @@ def components(features: list[str]) -> dict[str, str]:
         "optree": _package("optree"),
         "torch_xla": _package("torch_xla"),
         # an out-of-tree device (TorchTPU's tpu): the self-test runs on it too
-        "privateuse1": f"{torch._C._get_privateuse1_backend_name()} {_package('torch_tpu')}",
+        "privateuse1": f"{_compat.privateuse1_device()} {_package('torch_tpu')}",
         "torch_code": _modules_digest(TORCH_MODULES),
         "fastfake_code": _modules_digest(own),
         "torch_config": _configs(),
