@@ -152,16 +152,20 @@ def _timed(run, *, capture: bool = False, fake_share: bool = False, symnode: boo
     return out
 
 
-def _before_install(workload: str) -> None:
-    """The workload's ``before_install`` hook (bench.records.Workload), if any."""
+def run_hook(hook: str) -> None:
+    """Call a ``"module:function"`` hook ("" = none)."""
     import importlib
 
-    from . import workloads
-
-    hook = workloads.get(workload).before_install
     if hook:
         mod, fn = hook.split(":")
         getattr(importlib.import_module(mod), fn)()
+
+
+def _before_install(workload: str) -> None:
+    """The workload's ``before_install`` hook (bench.records.Workload), if any."""
+    from . import workloads
+
+    run_hook(workloads.get(workload).before_install)
 
 
 def child(args) -> dict:
@@ -258,10 +262,9 @@ def make_store() -> str:
     # brings a device up gives the self-test another key)
     hooks = sorted({w.before_install for w in workloads.WORKLOADS.values() if w.before_install})
     for hook in ["", *hooks]:
-        pre = f"import importlib; getattr(importlib.import_module({hook.split(':')[0]!r}), {hook.split(':')[1]!r})(); " \
-            if hook else ""
-        r = subprocess.run([sys.executable, "-c", f"import torch; {pre}import fastfake; fastfake.install()"], cwd=ROOT,
-                           env=_env(store), capture_output=True, text=True, timeout=1800)
+        code = f"import torch; from bench.fresh import run_hook; run_hook({hook!r}); import fastfake; fastfake.install()"
+        r = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(store), capture_output=True, text=True,
+                           timeout=1800)
         if r.returncode != 0:
             shutil.rmtree(store, ignore_errors=True)
             raise RuntimeError(f"fastfake.install() failed in a fresh process: {r.stderr[-2000:]}")

@@ -183,7 +183,6 @@ def trace_seconds(wall: float, timing: dict[str, float]) -> float:
     if "first_output" in timing:  # inductor workloads: time to first output in the child
         return timing["first_output"]
     if "entire_frame_compile" in timing:
-        # (compile_tpu: the StableHLO building runs inside it and is reported apart)
         return (timing["entire_frame_compile"] - timing.get("xla_lowering_in_compile", 0.0)
                 - timing.get("tpu_stablehlo_in_compile", 0.0))
     return wall

@@ -41,7 +41,7 @@ placeholder artifact cannot be pickled, and the save is not part of the trace.
 Timers (``backend_times``): ``tpu_stablehlo`` / ``tpu_stablehlo_cpu`` = wall / CPU
 seconds of the replaced step (re-trace in compile mode, StableHLO build, text);
 ``tpu_stablehlo_in_compile`` = the part of it inside Dynamo's ``entire_frame_compile``
-(all of it), taken out of the row's trace time, which is then Dynamo + AOTAutograd + TorchTPU's passes up to
+(all of it for inference; measured as openxla's lowering is), taken out of the row's trace time, which is then Dynamo + AOTAutograd + TorchTPU's passes up to
 the StableHLO hand-off.
 
 Inference only: training with placeholder inputs fails in the autograd engine (no
@@ -107,7 +107,6 @@ class _TpuState:
     times: dict[str, float] = {}
     hlo: list[str] | None = None  # StableHLO texts of the current run, when captured
     graphs: list[GraphRecord] | None = None  # graphs handed to StaticCompiler._compile
-    original = None
 
 
 def _sources() -> dict[str, Any]:
@@ -149,7 +148,6 @@ def setup_torch_tpu():
     _loader._init_device("tpu")
     from torch_tpu._internal.compile import compiler
 
-    _TpuState.original = compiler.StaticCompiler.__dict__["_compile"]
     compiler.StaticCompiler._compile = _placeholder_compile
     _TpuState.ready = True
     return torch.device("tpu")
@@ -160,6 +158,7 @@ def _placeholder_compile(self, graph_module, example_inputs, is_fwd=True, bounds
     """``StaticCompiler._compile`` without the device: the same placeholders, the
     same re-trace in TorchTPU's compile mode, the StableHLO module built and
     serialised; no PjRt compile (module docstring)."""
+    import torch._guards as _guards
     from torch._subclasses.fake_tensor import unset_fake_temporarily
     from torch_tpu._internal import execution_mode
     from torch_tpu._internal.compile import tpu_torch_compile as ttc
@@ -169,6 +168,7 @@ def _placeholder_compile(self, graph_module, example_inputs, is_fwd=True, bounds
         raise NotImplementedError("compile_tpu: dynamic bounds, layouts and donation are not part of this step")
     if _TpuState.graphs is not None:
         _TpuState.graphs.append(record_graph(f"tpu_compile[{len(_TpuState.graphs)}]", graph_module))
+    in_compile = _guards.TracingContext.try_get() is not None
     t0, c0 = time.perf_counter(), time.process_time()
     with unset_fake_temporarily():
         args = [ttc.placeholder_like(a) if isinstance(a, torch.Tensor) else a for a in example_inputs]
@@ -184,7 +184,8 @@ def _placeholder_compile(self, graph_module, example_inputs, is_fwd=True, bounds
     t = _TpuState.times
     t["tpu_stablehlo"] = t.get("tpu_stablehlo", 0.0) + dt
     t["tpu_stablehlo_cpu"] = t.get("tpu_stablehlo_cpu", 0.0) + dc
-    t["tpu_stablehlo_in_compile"] = t.get("tpu_stablehlo_in_compile", 0.0) + dt
+    if in_compile:
+        t["tpu_stablehlo_in_compile"] = t.get("tpu_stablehlo_in_compile", 0.0) + dt
     t["tpu_graphs"] = t.get("tpu_graphs", 0) + 1
     if _TpuState.hlo is not None:
         _TpuState.hlo.append(text)
