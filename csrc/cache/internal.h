@@ -96,7 +96,7 @@ struct SymShape {
 
 struct OutSpec {
   enum Kind : uint8_t { Inplace, None, Fresh, View, Constant } kind = None;
-  // Constant: the int stock's entry returns (its constant_value, the same object)
+  // Constant: the int stock's entry holds (its constant_value; stock's hit returns an equal int)
   PyObject* constant = nullptr; // owned
   int64_t idx = -1; // in-place / view argument index
   at::ScalarType dtype = at::ScalarType::Undefined;

@@ -263,7 +263,7 @@ bool parse_entry(const KeyCtx& ctx, PyObject* desc, Entry& e) {
     } else if (std::strcmp(kind, "none") == 0) {
       s.kind = OutSpec::None;
     } else if (std::strcmp(kind, "constant") == 0) {
-      // stock's hit returns its entry's constant_value itself: keep that object
+      // stock's hit returns its entry's constant_value (an int): keep it
       if (PyTuple_GET_SIZE(o) != 2 || !PyLong_CheckExact(PyTuple_GET_ITEM(o, 1))) return false;
       s.kind = OutSpec::Constant;
       s.constant = PyTuple_GET_ITEM(o, 1);

@@ -218,9 +218,9 @@ def still_valid(env, validity) -> bool:
 def _classify(func, info):
     """One output of a stock entry: ``("inplace", idx)`` / ``("none",)`` /
     ``("constant", int)`` (final), ``("tensor", view_idx)`` (to be described), or a
-    ``str`` reason not to cache. A constant is an int stock's hit returns as it
-    stored it (the same object: an SDPA kernel's ``max_q`` / ``max_k``); a SymInt
-    constant is not served."""
+    ``str`` reason not to cache. A constant is an int stock's hit returns equal to
+    the one it stored (an SDPA kernel's ``max_q`` / ``max_k``; not the same object:
+    stock's own hits do not keep its identity); a SymInt constant is not served."""
     if info.inplace_idx is not None:
         return ("inplace", info.inplace_idx)
     m = info.metadata
