@@ -338,6 +338,37 @@ def test_int_constant_outputs_served_as_stock_returns_them():
         assert "cache.bypass.stock_uncacheable" not in second[label], (label, second[label])
 
 
+def test_int_constant_outputs_in_a_shape_env():
+    """The same kernel with a symbolic batch and static sequence lengths: a
+    symbolic entry whose int outputs are plain ints, served on the second run with
+    the ShapeEnv as stock leaves it (parity.assert_parity compares it)."""
+    trace = Trace()
+
+    def make(mode):
+        with _disable_current_modes():
+            q = mode.from_tensor(
+                torch.empty(2, 3, 300, 8, device="meta"),
+                symbolic_context=StatelessSymbolicContext(
+                    dynamic_sizes=[DimDynamic.DYNAMIC, DimDynamic.STATIC, DimDynamic.STATIC, DimDynamic.STATIC]),
+            )
+        assert isinstance(q.shape[0], torch.SymInt)
+        return (q,)
+
+    def fn(q):
+        trace.start()
+        r1 = aten._scaled_dot_product_cudnn_attention.default(q, q, q, None, False)
+        r2 = aten._scaled_dot_product_cudnn_attention.default(q, q, q, None, False)
+        trace.step("sym")
+        return [r1, r2]
+
+    both = _check(fn, make, mode_factory=lambda: FakeTensorMode(shape_env=ShapeEnv()))
+    got = both.fast[1].value
+    assert [type(x) for x in got[1][4:6]] == [int, int] and got[1][4:6] == (300, 300)
+    second = trace.of(2)["sym"]
+    assert second.get("cache.symbolic.hit", 0) >= 1, second
+    assert "cache.bypass.stock_uncacheable" not in second, second
+
+
 # ---------------------------------------------------------------------------
 # global state in the key
 # ---------------------------------------------------------------------------
