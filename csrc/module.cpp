@@ -18,6 +18,7 @@
 #include "cache/cache.h"
 #include "convert/convert.h"
 #include "stock/counts.h"
+#include "runtime/frame_stack.h"
 
 #include <pybind11/pybind11.h>
 #include <torch/csrc/utils/pybind.h>
@@ -242,6 +243,26 @@ PYBIND11_MODULE(_C, m) {
       [](bool on) { return item_memo_set(on); },
       py::arg("on"),
       "Serve and learn `.item()` repeats from the argument's memo; returns the previous setting.");
+  m.def(
+      "frame_stack_hook",
+      [](bool on) { return frame_stack_hook(on); },
+      py::arg("on"),
+      "Put fastfake's arena allocator in front of the interpreter's (or the interpreter's back); "
+      "returns whether fastfake's is in place.");
+  m.def(
+      "frame_stack_keep",
+      [](size_t chunk, int keep) { frame_stack_keep(chunk, keep); },
+      py::arg("chunk"), py::arg("keep"),
+      "Keep up to `keep` freed blocks of exactly `chunk` bytes for the next requests of that size.");
+  m.def("frame_stack_probe", [](bool on) { frame_stack_probe(on); }, py::arg("on"),
+        "Count the arena requests passed to the interpreter's allocator per size from now on (on), or stop.");
+  m.def("frame_stack_sizes", []() { return frame_stack_sizes(); });
+  m.def("frame_stack_state", []() { return frame_stack_state(); },
+        "(fastfake's allocator is current, chunk size, blocks it may keep, blocks kept now).");
+  m.def("frame_stack_counts", []() { return frame_stack_counts(); });
+  m.def("frame_stack_set_counts", [](const std::map<std::string, uint64_t>& c) {
+    frame_stack_set_counts(c);
+  });
   m.def("item_memo_counts", []() { return item_memo_counts(); });
   m.def("item_memo_set_counts", [](const std::map<std::string, uint64_t>& c) {
     item_memo_set_counts(c);

@@ -365,6 +365,36 @@ def item_memo_counts() -> dict[str, int]:
 def item_memo_set_counts(counts: dict[str, int]) -> None:
     """Put saved counts back (names missing from ``counts`` become 0)."""
 
+# Python frame-stack chunks (csrc/runtime/frame_stack.cpp, fastfake/runtime/frame_stack.py)
+
+def frame_stack_hook(on: bool) -> bool:
+    """Put fastfake's arena allocator in front of the interpreter's (``on``) or the
+    interpreter's back where fastfake's is still current; whether fastfake's is in
+    place afterwards (it stays, passing through, behind a later one)."""
+
+def frame_stack_keep(chunk: int, keep: int) -> None:
+    """Keep up to ``keep`` (at most 8) freed blocks of exactly ``chunk`` bytes for
+    the next requests of that size; ``keep=0`` passes everything through and hands
+    the kept blocks back."""
+
+def frame_stack_probe(on: bool) -> None:
+    """Count the arena requests passed to the interpreter's allocator per size from now on (``on``), or stop; the counts
+    start empty."""
+
+def frame_stack_state() -> tuple[bool, int, int, int]:
+    """(fastfake's allocator is the current one, chunk size, blocks it may keep,
+    blocks it keeps now)."""
+
+def frame_stack_sizes() -> dict[int, int]:
+    """Arena requests passed to the interpreter's allocator per size while probing."""
+
+def frame_stack_counts() -> dict[str, int]:
+    """``reused``, ``kept``, ``released`` (freed past the bound), ``flushed``
+    (kept blocks handed back)."""
+
+def frame_stack_set_counts(counts: dict[str, int]) -> None:
+    """Put saved counts back (names missing from ``counts`` become 0)."""
+
 def setup_symnode_memo(
     symnode: type,
     method_to_operator: dict[str, Callable[..., Any]],

@@ -14,9 +14,9 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 #: Python subsystems, lowest first: a module may import its own folder and the
 #: folders before it. The top-level modules (the public API, cli) may import any.
-PY_LAYERS = ("common", "parity", "symbolic", "tracing", "convert", "elementwise", "stock", "cache", "store", "core")
+PY_LAYERS = ("common", "runtime", "parity", "symbolic", "tracing", "convert", "elementwise", "stock", "cache", "store", "core")
 #: C++ subsystems, lowest first; module.cpp (the bindings) may include any.
-CPP_LAYERS = ("common", "stock", "symbolic", "tracing", "cache", "elementwise", "convert", "dispatch")
+CPP_LAYERS = ("common", "runtime", "stock", "symbolic", "tracing", "cache", "elementwise", "convert", "dispatch")
 
 
 def _py_modules() -> dict[str, pathlib.Path]:

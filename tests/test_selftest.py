@@ -21,6 +21,7 @@ from fastfake.cache import rerun as _rerun
 from fastfake.symbolic import symnode_memo as _symnode
 from fastfake.symbolic import symnode_expr as _symnode_expr
 from fastfake.symbolic import symnode_int as _symnode_int
+from fastfake.runtime import frame_stack as _frame_stack
 from faults import fault_turns_off_only, in_subprocess
 
 
@@ -59,6 +60,8 @@ def test_passes_here_and_every_feature_served():
         expected.add("pytree")
     if _store.available():
         expected.add("store")
+    if _frame_stack.available():
+        expected.add("frame_stack")
     assert set(report["passed"]) == expected
     assert all(report["passed"].values())
     # Each feature served results itself, so the comparison proved something.

@@ -224,6 +224,15 @@ ACCELERATIONS: tuple[Acceleration, ...] = (
         ("real_inputs.converted",), "real_inputs.", "either",
         legacy="FASTFAKE_NO_REAL_INPUTS", selftest=False,
         module="csrc/convert/real_inputs.cpp, fastfake/convert/real_inputs.py"),
+    Acceleration(
+        "frame_stack", "Python frame-stack chunks",
+        "CPython's unmapping of a thread's frame-stack chunk each time the stack drops below it, and the fresh mapping when it grows again (3.11 / 3.12; CPython gh-142183)",
+        "memory only: freed chunks handed back to the next requests of their size; offered where a probe at install() sees the interpreter map a chunk at every crossing of a boundary",
+        ("frame_stack.reused",), "frame_stack.", "either",
+        available="fastfake.runtime.frame_stack:available", apply="fastfake.runtime.frame_stack:apply",
+        crosscheck="nothing to compare: no value of a trace passes through it",
+        counts="ext:frame_stack_counts,frame_stack_set_counts",
+        module="csrc/runtime/frame_stack.cpp, fastfake/runtime/frame_stack.py"),
 )
 
 BY_NAME: dict[str, Acceleration] = {a.name: a for a in ACCELERATIONS}

@@ -42,6 +42,9 @@ from fastfake.symbolic import symnode_memo as _symnode
 #: fastfake features and the counters that show each one served a result (from the
 #: one table of accelerations, fastfake/core/accelerations.py).
 FEATURES = _accelerations.selftest_features()
+#: Features whose programs' results are stock's whether they serve or not (no
+#: value passes through them): they pass only where they served.
+MUST_SERVE = frozenset({"frame_stack"})
 
 
 def _served(counts: dict, feature: str) -> int:
@@ -539,6 +542,19 @@ def _symnode_int_program(mode, dev: str) -> list:
     return out
 
 
+def _frame_stack_program(mode, dev: str) -> list:
+    """Fake ops at the bottom of recursions that go down across frame-stack chunk
+    boundaries and back, eight times (each descent past 16 KiB of frames): kept
+    chunks are handed back from the second descent on; the ops' results are
+    stock's."""
+
+    def descend(n: int, x: torch.Tensor) -> torch.Tensor:
+        return descend(n - 1, x) if n else torch.mul(x, 2) + 1
+
+    x = torch.empty(3, 4, device=dev)
+    return [(f"descent {i}", (x,), descend(400, x)) for i in range(8)]
+
+
 def _summary(v) -> str:
     """A value of another mode's ShapeEnv, as text (the describer knows one mode)."""
     if isinstance(v, torch.Tensor):
@@ -721,6 +737,7 @@ def _groups() -> list[tuple[str, Program, bool, tuple[str, ...]]]:
         ("symnode_expr", _symnode_expr_program, True, ("cpu",)),
         ("symnode_int", _symnode_int_program, True, ("cpu",)),
         ("pytree", _pytree_program, True, ("cpu",)),
+        ("frame_stack", _frame_stack_program, False, ("cpu",)),
     ]
 
 
@@ -926,6 +943,8 @@ def run(
                         continue
                     ok, msg = False, f"program on {dev}: {text}"
                     break
+                if ok and feature in MUST_SERVE and not served:
+                    ok, msg = False, "its program was not served (nothing to show it works)"
                 report.passed[feature] = ok
                 report.served[feature] = served
                 if not ok:
