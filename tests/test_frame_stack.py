@@ -174,3 +174,26 @@ def test_not_offered_where_the_interpreter_keeps_its_chunks():
     assert r.returncode == 0, r.stderr[-2000:]
     assert "size: 0" in r.stdout and "state: (False, 0, 0, 0)" in r.stdout, r.stdout
     assert "why: not offered on this release" in r.stdout, r.stdout
+
+
+def test_probe_looks_past_a_request_that_is_not_a_chunk(monkeypatch):
+    """A request seen at a depth where no boundary is (a pymalloc arena, another
+    thread's) does not end the search: the probe still finds the chunk size (it
+    once concluded "the interpreter keeps its chunks" there, and a process's
+    self-test key changed with it)."""
+    fastfake.install()
+    fastfake.uninstall()
+    real = _frame_stack._requests
+    calls = []
+
+    def spurious() -> int:
+        calls.append(1)
+        return real() + (1 if len(calls) == 2 else 0)  # depth 1 looks like a crossing
+
+    monkeypatch.setattr(_frame_stack, "_requests", spurious)
+    _C.frame_stack_hook(True)
+    try:
+        assert _frame_stack._probe() == 16 * 1024
+    finally:
+        _C.frame_stack_hook(False)
+    assert len(calls) > 2

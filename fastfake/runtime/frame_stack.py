@@ -44,8 +44,11 @@ from fastfake import _C
 KEEP = 4
 #: Crossings the probe watches.
 ROUNDS = 16
-#: Deepest recursion the probe tries, below the caller's stack.
+#: Deepest recursion the probe tries, below the caller's stack (about four
+#: chunks of its frames).
 MAX_DEPTH = 600
+#: Largest block size it keeps (the bound is KEEP blocks of it).
+MAX_CHUNK = 64 * 1024
 
 
 def _descend(n: int) -> int:
@@ -58,7 +61,9 @@ def _requests() -> int:
 
 def _probe() -> int:
     """The chunk size the interpreter requests at every crossing, or 0. The hook
-    must be in place, passing through."""
+    must be in place, passing through. A request seen at some depth may be
+    something else (a pymalloc arena, another thread's); only a size requested at
+    every one of ROUNDS crossings counts, and the search goes on past others."""
     _C.frame_stack_probe(True)
     try:
         depth = 1
@@ -68,19 +73,15 @@ def _probe() -> int:
             if _requests() == before:
                 depth += 1
                 continue
-            # a request at this depth: a chunk boundary, or something else
-            # (a pymalloc arena); watch the crossing ROUNDS times
+            # a request at this depth: watch the crossing ROUNDS times
             _C.frame_stack_probe(True)
             for _ in range(ROUNDS):
                 _descend(depth)
             sizes = _C.frame_stack_sizes()
             _C.frame_stack_probe(True)
-            if len(sizes) == 1:
-                (size, n), = sizes.items()
-                if n >= ROUNDS:
-                    return size
-            if not sizes:
-                return 0  # the interpreter kept the chunk
+            repeated = [size for size, n in sizes.items() if n >= ROUNDS and size <= MAX_CHUNK]
+            if len(repeated) == 1:
+                return repeated[0]
             depth += 1
         return 0
     except RecursionError:
