@@ -369,8 +369,9 @@ def item_memo_set_counts(counts: dict[str, int]) -> None:
 
 def frame_stack_hook(on: bool) -> bool:
     """Put fastfake's arena allocator in front of the interpreter's (``on``) or the
-    interpreter's back where fastfake's is still current; whether fastfake's is in
-    place afterwards (it stays, passing through, behind a later one)."""
+    interpreter's back where fastfake's is still current (keeping nothing from then
+    on, the kept blocks handed back); whether fastfake's is in place afterwards (it
+    stays, passing through, behind a later one)."""
 
 def frame_stack_keep(chunk: int, keep: int) -> None:
     """Keep up to ``keep`` (at most 8) freed blocks of exactly ``chunk`` bytes for

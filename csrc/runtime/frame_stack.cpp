@@ -99,21 +99,15 @@ bool is_current() {
 bool frame_stack_hook(bool on) {
   State& s = state();
   if (on) {
-    if (!s.hooked) {
-      PyObjectArenaAllocator now;
-      PyObject_GetArenaAllocator(&now);
-      if (now.alloc == hook_alloc) {
-        s.hooked = true;
-        return true;
-      }
+    if (!s.hooked && !is_current()) {
       {
         std::lock_guard<std::mutex> lock(s.mu);
-        s.orig = now;
+        PyObject_GetArenaAllocator(&s.orig);
       }
       PyObjectArenaAllocator mine{nullptr, hook_alloc, hook_free};
       PyObject_SetArenaAllocator(&mine);
-      s.hooked = true;
     }
+    s.hooked = true;
     return true;
   }
   {

@@ -12,8 +12,9 @@
 namespace fastfake {
 
 // Put fastfake's arena allocator in front of the interpreter's (on) or the
-// interpreter's back where fastfake's is still the current one (off). Returns
-// whether fastfake's is in place afterwards. Needs the GIL.
+// interpreter's back where fastfake's is still the current one (off; it keeps
+// nothing from then on and hands the kept blocks back). Returns whether
+// fastfake's is in place afterwards. Needs the GIL.
 bool frame_stack_hook(bool on);
 
 // Keep up to ``keep`` freed blocks of exactly ``chunk`` bytes and hand them to

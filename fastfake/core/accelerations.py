@@ -46,6 +46,9 @@ class Acceleration:
     legacy: str = ""  # the FASTFAKE_NO_* variable, still honoured (deprecated)
     crosscheck: str = "the served result against stock's, field by field"
     selftest: bool = True  # proven by its own self-test feature at install()
+    # its self-test program's results are stock's whether it serves or not (no value
+    # passes through it): the feature passes only where it served
+    selftest_must_serve: bool = False
     module: str = ""  # where it lives
     # where stats() reads its counters beyond the extension's main map (``_C.counters()``):
     # a module with counters() / reset_counters() / saved_counters() / restore_counters(),
@@ -231,6 +234,7 @@ ACCELERATIONS: tuple[Acceleration, ...] = (
         ("frame_stack.reused",), "frame_stack.", "either",
         available="fastfake.runtime.frame_stack:available", apply="fastfake.runtime.frame_stack:apply",
         crosscheck="nothing to compare: no value of a trace passes through it",
+        selftest_must_serve=True,
         counts="ext:frame_stack_counts,frame_stack_set_counts",
         module="csrc/runtime/frame_stack.cpp, fastfake/runtime/frame_stack.py"),
 )

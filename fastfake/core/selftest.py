@@ -42,9 +42,9 @@ from fastfake.symbolic import symnode_memo as _symnode
 #: fastfake features and the counters that show each one served a result (from the
 #: one table of accelerations, fastfake/core/accelerations.py).
 FEATURES = _accelerations.selftest_features()
-#: Features whose programs' results are stock's whether they serve or not (no
-#: value passes through them): they pass only where they served.
-MUST_SERVE = frozenset({"frame_stack"})
+#: Features that pass only where their programs were served (the table's
+#: ``selftest_must_serve``).
+MUST_SERVE = frozenset(a.name for a in _accelerations.ACCELERATIONS if a.selftest_must_serve)
 
 
 def _served(counts: dict, feature: str) -> int:

@@ -118,5 +118,4 @@ def apply(on: bool, crosscheck: bool = False) -> None:
         _C.frame_stack_hook(True)
         _C.frame_stack_keep(size, KEEP)
     else:
-        _C.frame_stack_keep(size, 0)
-        _C.frame_stack_hook(False)
+        _C.frame_stack_hook(False)  # (hands the kept chunks back too)
