@@ -468,8 +468,9 @@ def run_fresh(model_name: str, wl, args, progress: Progress, store: str) -> list
                 continue
             warm["runs"]["fastfake"].append(fresh.run_entry(w, "first"))
             served = w["first"]["stats"].get("store.served", 0)
+            tables = w["first"]["stats"].get("funcnames.served", 0)
             progress.note(f"{label} with the store it left: {w['first']['cpu']:.1f} s cpu "
-                          f"({served} first calls served from it)")
+                          f"({served} first calls and {tables} function-name tables served from it)")
 
     if not args.no_dispatch_share:
         if "stock" in row["errors"]:

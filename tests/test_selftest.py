@@ -22,6 +22,7 @@ from fastfake.symbolic import symnode_memo as _symnode
 from fastfake.symbolic import symnode_expr as _symnode_expr
 from fastfake.symbolic import symnode_int as _symnode_int
 from fastfake.runtime import frame_stack as _frame_stack
+from fastfake.store import funcnames as _funcnames
 from faults import fault_turns_off_only, in_subprocess
 
 
@@ -62,6 +63,8 @@ def test_passes_here_and_every_feature_served():
         expected.add("store")
     if _frame_stack.available():
         expected.add("frame_stack")
+    if _funcnames.available():
+        expected.add("funcnames")
     assert set(report["passed"]) == expected
     assert all(report["passed"].values())
     # Each feature served results itself, so the comparison proved something.

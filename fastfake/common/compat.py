@@ -679,6 +679,32 @@ def store_entries_known() -> bool:
     return store_source_digest() in STORE_SOURCES
 
 
+#: Digest of Dynamo's function-name table code and ``tokenize.open``
+#: (``stock_sources.funcnames_functions``) -> the releases fastfake/store/funcnames.py
+#: was proven on.
+FUNCNAMES_SOURCES: dict[str, str] = {
+    "f5ce12fe91c9ad64": "2.13.0, 2.14.1",  # (Python 3.11)
+}
+
+
+@functools.cache
+def funcnames_source_digest() -> str | None:
+    from fastfake.common.stock_sources import funcnames_functions
+
+    return _source_digest(lambda source: "\n--\n".join(source(fn) for fn in funcnames_functions()),
+                          FUNCNAMES_SOURCES)
+
+
+def funcnames_proven() -> bool:
+    """Dynamo's ``funcname_cache`` builds its tables as fastfake/store/funcnames.py
+    keeps them: its code and ``tokenize.open`` are source-identical to a release that
+    was proven."""
+    try:
+        return funcnames_source_digest() in FUNCNAMES_SOURCES
+    except ImportError:
+        return False
+
+
 def privateuse1_device() -> str:
     """The name an out-of-tree backend gave the PrivateUse1 device (TorchTPU:
     ``tpu``), "" while it has none (or this torch cannot say)."""

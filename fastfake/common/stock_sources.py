@@ -90,3 +90,16 @@ def store_functions() -> list[object]:
     return [stock("_cached_dispatch_impl"), stock("_output_from_cache_entry"),
             M._get_output_tensor_from_cache_entry, ft._set_cache_key, ft._DispatchCacheKey.__init__,
             ft._DispatchCacheKey.__eq__, ft._DispatchCacheKey.__hash__]
+
+
+def funcnames_functions() -> list[object]:
+    """The stock code fastfake/store/funcnames.py runs and stands for: Dynamo's
+    ``funcname_cache._add_file`` (stock's own, also while fastfake's is in place) and
+    ``get_funcname``, and ``tokenize.open``, which fastfake's shim reproduces on bytes
+    already read."""
+    import tokenize
+
+    from torch._dynamo import funcname_cache
+
+    add_file = ORIGINALS.get((funcname_cache, "_add_file")) or funcname_cache.__dict__["_add_file"]
+    return [add_file, funcname_cache.get_funcname, tokenize.open]

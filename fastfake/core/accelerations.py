@@ -147,6 +147,16 @@ ACCELERATIONS: tuple[Acceleration, ...] = (
         counts="fastfake.store.records",
         module="fastfake/store/"),
     Acceleration(
+        "funcnames", "Dynamo's function-name tables kept on disk",
+        "`torch._dynamo.funcname_cache._add_file`: a source file's first ask in a process, the whole file through the pure-Python `tokenize` (for a debug log's header Dynamo builds per FX node)",
+        "the table is a function of the file's bytes: the one stock's own code built from the same bytes in an earlier process, kept under their digest and that of the code; a miss runs stock's code on the bytes read",
+        ("funcnames.served",), "funcnames.", "either",
+        available="fastfake.store.funcnames:available", apply="fastfake.store.funcnames:apply",
+        crosscheck="stock's code runs on the same bytes; its table must equal the kept one",
+        selftest_must_serve=True,
+        counts="fastfake.store.funcnames",
+        module="fastfake/store/funcnames.py"),
+    Acceleration(
         "device", "`FakeTensor.device`",
         "the Python property",
         "self-test",

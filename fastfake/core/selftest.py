@@ -555,6 +555,69 @@ def _frame_stack_program(mode, dev: str) -> list:
     return [(f"descent {i}", (x,), descend(400, x)) for i in range(8)]
 
 
+_FUNCNAMES_SOURCE = """\
+# -*- coding: utf-8 -*-
+import os
+
+
+def top(a):
+    return a
+
+
+class Outer:
+    x = 1
+
+    def method(self):
+        def inner():
+            return "\u00e9t\u00e9"
+        return inner
+
+    class Nested:
+        async def deep(self):
+            s = \"\"\"
+def not_a_def():
+\"\"\"
+            return s
+
+
+def after(
+    a,
+    b,
+):
+    return [a,
+            b]
+"""
+
+
+def _funcnames_program(mode, dev: str) -> list:
+    """Dynamo's function-name table of a small source file (nested classes and
+    functions, a multi-line string, continuation lines, a non-ASCII literal), asked
+    three times with the table dropped in between: the first ask learns from stock's
+    code (fastfake/store/funcnames.py), the others are served from the record; and
+    of a file that cannot be read. Nothing is kept on disk."""
+    import os
+    import tempfile
+
+    from torch._dynamo import funcname_cache
+
+    from fastfake.store import funcnames as _funcnames
+
+    out = []
+    with _funcnames.isolated(), tempfile.TemporaryDirectory(prefix="fastfake-selftest-") as d:
+        src = os.path.join(d, "program.py")
+        with open(src, "w", encoding="utf-8") as f:
+            f.write(_FUNCNAMES_SOURCE)
+        missing = os.path.join(d, "missing.py")
+        for i in range(3):
+            for p in (src, missing):
+                funcname_cache.cache.pop(p, None)
+                names = [funcname_cache.get_funcname(p, n) for n in range(1, 40)]
+                table = funcname_cache.cache.pop(p, None)
+                key = "missing file" if p is missing else "file"
+                out.append((f"{key} {i}", (), repr((names, None if table is None else list(table.items())))))
+    return out
+
+
 def _summary(v) -> str:
     """A value of another mode's ShapeEnv, as text (the describer knows one mode)."""
     if isinstance(v, torch.Tensor):
@@ -738,6 +801,7 @@ def _groups() -> list[tuple[str, Program, bool, tuple[str, ...]]]:
         ("symnode_int", _symnode_int_program, True, ("cpu",)),
         ("pytree", _pytree_program, True, ("cpu",)),
         ("frame_stack", _frame_stack_program, False, ("cpu",)),
+        ("funcnames", _funcnames_program, False, ("cpu",)),
     ]
 
 

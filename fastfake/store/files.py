@@ -82,20 +82,24 @@ def _digest(text: str) -> str:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=20).hexdigest()
 
 
-def read(where: str | None = None) -> list:
+def read(where: str | None = None, *, counter: Counter | None = None,
+         max_bytes: int | None = None) -> list:
     """The records kept for this installation, oldest first (``[]`` when there are
-    none or the file cannot be used; the outcome is counted)."""
-    outcome, records = _read(where or path())
-    counts[outcome] += 1
+    none or the file cannot be used; the outcome is counted in ``counter``, by
+    default this module's). ``where`` and ``max_bytes`` name another kind of file
+    kept the same way (fastfake/store/funcnames.py)."""
+    outcome, records = _read(where or path(), MAX_BYTES if max_bytes is None else max_bytes)
+    (counts if counter is None else counter)[outcome] += 1
     return records
 
 
-def _read(p: str | None) -> tuple[str, list]:
+def _read(p: str | None, max_bytes: int | None = None) -> tuple[str, list]:
+    max_bytes = MAX_BYTES if max_bytes is None else max_bytes
     if p is None:
         return "off", []
     try:
         size = os.stat(p).st_size
-        if size > 2 * MAX_BYTES + 4096:
+        if size > 2 * max_bytes + 4096:
             return "too_large", []
         with open(p, encoding="utf-8") as f:
             data = json.load(f)
@@ -125,15 +129,16 @@ def _read(p: str | None) -> tuple[str, list]:
     return "loaded", records
 
 
-def write(new: list, where: str | None = None) -> str:
+def write(new: list, where: str | None = None, *, counter: Counter | None = None,
+          max_bytes: int | None = None) -> str:
     """Add ``new`` records (``[name, record]``, oldest first) to the file; the
-    outcome (counted)."""
-    outcome = _write(where or path(), new)
-    counts[outcome] += 1
+    outcome (counted as :func:`read` counts)."""
+    outcome = _write(where or path(), new, MAX_BYTES if max_bytes is None else max_bytes)
+    (counts if counter is None else counter)[outcome] += 1
     return outcome
 
 
-def _write(p: str | None, new: list) -> str:
+def _write(p: str | None, new: list, max_bytes: int) -> str:
     if p is None:
         return "off"
     d = os.path.dirname(p)
@@ -145,11 +150,11 @@ def _write(p: str | None, new: list) -> str:
     try:
         if not _lock(lock):
             return "busy"
-        outcome, old = _read(p)
+        outcome, old = _read(p, max_bytes)
         names = {r[0] for r in new}
         records = [r for r in old if r[0] not in names] + list(new)
         text = json.dumps(records, separators=(",", ":"))
-        while len(text) > MAX_BYTES and records:
+        while len(text) > max_bytes and records:
             records = records[max(1, len(records) // 8):]  # the oldest eighth goes
             text = json.dumps(records, separators=(",", ":"))
         data = {"format": FORMAT, "key": installation_key(), "fastfake": __version__,
