@@ -28,6 +28,8 @@
 // (bounded with it); references only to the op, the reason string and the hook.
 #include "cache/item_memo.h"
 
+#include "common/counts.h"
+
 namespace fastfake {
 namespace cache_detail {
 namespace {
@@ -212,18 +214,11 @@ bool item_memo_set(bool on) {
 }
 
 std::map<std::string, uint64_t> item_memo_counts() {
-  std::map<std::string, uint64_t> out;
-  for (size_t i = 0; i < cache_detail::NumCounts; ++i) {
-    out[cache_detail::kCountNames[i]] = cache_detail::g_counts[i];
-  }
-  return out;
+  return counts_as_map(cache_detail::kCountNames, cache_detail::g_counts);
 }
 
 void item_memo_set_counts(const std::map<std::string, uint64_t>& counts) {
-  for (size_t i = 0; i < cache_detail::NumCounts; ++i) {
-    auto it = counts.find(cache_detail::kCountNames[i]);
-    cache_detail::g_counts[i] = it == counts.end() ? 0 : it->second;
-  }
+  counts_from_map(cache_detail::kCountNames, cache_detail::g_counts, counts);
 }
 
 void item_memo_inject_fault(int n) {

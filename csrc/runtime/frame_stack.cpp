@@ -19,6 +19,8 @@
 // free-threaded interpreter, a thread state cleared at shutdown).
 #include "runtime/frame_stack.h"
 
+#include "common/counts.h"
+
 #include <array>
 #include <mutex>
 
@@ -158,18 +160,13 @@ void frame_stack_probe(bool on) {
 std::map<std::string, uint64_t> frame_stack_counts() {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
-  std::map<std::string, uint64_t> out;
-  for (size_t i = 0; i < NumCounts; ++i) out[kCountNames[i]] = s.counts[i];
-  return out;
+  return counts_as_map(kCountNames, s.counts);
 }
 
 void frame_stack_set_counts(const std::map<std::string, uint64_t>& counts) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
-  for (size_t i = 0; i < NumCounts; ++i) {
-    auto it = counts.find(kCountNames[i]);
-    s.counts[i] = it == counts.end() ? 0 : it->second;
-  }
+  counts_from_map(kCountNames, s.counts, counts);
 }
 
 } // namespace fastfake

@@ -30,6 +30,8 @@
 // full). Served only for exact SymNode instances; class access hands out the stock
 // property, and setting or deleting goes to it. Which releases: fastfake/symbolic/symnode_memo.py.
 #include "common/fastfake.h"
+
+#include "common/counts.h"
 #include "symbolic/symnode_expr.h"
 
 #include <unordered_map>
@@ -318,16 +320,11 @@ void symnode_expr_clear() {
 }
 
 std::map<std::string, uint64_t> symnode_expr_counts() {
-  std::map<std::string, uint64_t> out;
-  for (size_t i = 0; i < NumCounts; ++i) out[kCountNames[i]] = g_counts[i];
-  return out;
+  return counts_as_map(kCountNames, g_counts);
 }
 
 void symnode_expr_set_counts(const std::map<std::string, uint64_t>& counts) {
-  for (size_t i = 0; i < NumCounts; ++i) {
-    auto it = counts.find(kCountNames[i]);
-    g_counts[i] = it == counts.end() ? 0 : it->second;
-  }
+  counts_from_map(kCountNames, g_counts, counts);
 }
 
 void symnode_expr_inject_fault(int n) {

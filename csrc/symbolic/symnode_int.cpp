@@ -22,6 +22,8 @@
 // function. Which releases: fastfake/symbolic/symnode_int.py.
 #include "symbolic/symnode_int.h"
 
+#include "common/counts.h"
+
 #include "common/fastfake.h"
 
 #include "symbolic/symnode_expr.h"
@@ -125,16 +127,11 @@ void symnode_int_set_check(PyObject* check) {
 }
 
 std::map<std::string, uint64_t> symnode_int_counts() {
-  std::map<std::string, uint64_t> out;
-  for (size_t i = 0; i < NumCounts; ++i) out[kCountNames[i]] = g_counts[i];
-  return out;
+  return counts_as_map(kCountNames, g_counts);
 }
 
 void symnode_int_set_counts(const std::map<std::string, uint64_t>& counts) {
-  for (size_t i = 0; i < NumCounts; ++i) {
-    auto it = counts.find(kCountNames[i]);
-    g_counts[i] = it == counts.end() ? 0 : it->second;
-  }
+  counts_from_map(kCountNames, g_counts, counts);
 }
 
 void symnode_int_inject_fault(int n) {

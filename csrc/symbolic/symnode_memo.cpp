@@ -35,6 +35,8 @@
 // stale: they are functions of their keys); cache_clear() empties it. Which
 // releases it is proven on: fastfake/symbolic/symnode_memo.py.
 #include "common/fastfake.h"
+
+#include "common/counts.h"
 #include "symbolic/symnode_memo.h"
 
 #include <functional>
@@ -441,16 +443,11 @@ void symnode_memo_clear() {
 }
 
 std::map<std::string, uint64_t> symnode_memo_counts() {
-  std::map<std::string, uint64_t> r;
-  for (size_t i = 0; i < kCountN; ++i) r[kCountNames[i]] = g_counts[i];
-  return r;
+  return counts_as_map(kCountNames, g_counts);
 }
 
 void symnode_memo_set_counts(const std::map<std::string, uint64_t>& counts) {
-  for (size_t i = 0; i < kCountN; ++i) {
-    auto it = counts.find(kCountNames[i]);
-    g_counts[i] = it == counts.end() ? 0 : it->second;
-  }
+  counts_from_map(kCountNames, g_counts, counts);
 }
 
 void symnode_memo_inject_fault(int n) {

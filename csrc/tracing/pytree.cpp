@@ -36,6 +36,8 @@
 // propagate as stock's would, after the same calls.
 #include "tracing/pytree.h"
 
+#include "common/counts.h"
+
 #include <vector>
 
 namespace fastfake {
@@ -447,16 +449,11 @@ void pytree_set_check(PyObject* check) {
 }
 
 std::map<std::string, uint64_t> pytree_counts() {
-  std::map<std::string, uint64_t> out;
-  for (size_t i = 0; i < NumCounts; ++i) out[kCountNames[i]] = g_counts[i];
-  return out;
+  return counts_as_map(kCountNames, g_counts);
 }
 
 void pytree_set_counts(const std::map<std::string, uint64_t>& counts) {
-  for (size_t i = 0; i < NumCounts; ++i) {
-    auto it = counts.find(kCountNames[i]);
-    g_counts[i] = it == counts.end() ? 0 : it->second;
-  }
+  counts_from_map(kCountNames, g_counts, counts);
 }
 
 void pytree_inject_fault(int n) {
