@@ -19,6 +19,7 @@
 #include "convert/convert.h"
 #include "stock/counts.h"
 #include "runtime/frame_stack.h"
+#include "tracing/config_attr.h"
 
 #include <pybind11/pybind11.h>
 #include <torch/csrc/utils/pybind.h>
@@ -344,6 +345,22 @@ PYBIND11_MODULE(_C, m) {
   m.def("set_pytree_check", [](py::handle check) { pytree_set_check(check.ptr()); });
   m.def("pytree_counts", []() { return pytree_counts(); });
   m.def("pytree_set_counts", [](const std::map<std::string, uint64_t>& c) { pytree_set_counts(c); });
+  m.def(
+      "setup_config_attr",
+      [](py::handle module_type, py::handle entry_type, py::handle sentinel, py::handle stock_getattr,
+         py::handle warn, py::handle alias_val) {
+        config_attr_setup(module_type.ptr(), entry_type.ptr(), sentinel.ptr(), stock_getattr.ptr(), warn.ptr(),
+                          alias_val.ptr());
+      },
+      "Binds ConfigModule, _ConfigEntry, _UNSET_SENTINEL and the functions stock's read goes through.");
+  m.def(
+      "config_attr_descriptor",
+      []() { return steal_or_throw(config_attr_descriptor()); },
+      "What ConfigModule.__getattribute__ becomes (csrc/tracing/config_attr.cpp).");
+  m.def("config_attr_enable", [](bool on) { config_attr_enable(on); });
+  m.def("set_config_attr_check", [](py::handle check) { config_attr_set_check(check.ptr()); });
+  m.def("config_attr_counts", []() { return config_attr_counts(); });
+  m.def("config_attr_set_counts", [](const std::map<std::string, uint64_t>& c) { config_attr_set_counts(c); });
   m.def("set_symnode_int_check", [](py::handle check) { symnode_int_set_check(check.ptr()); });
   m.def("symnode_int_counts", []() { return symnode_int_counts(); });
   m.def("symnode_int_set_counts", [](const std::map<std::string, uint64_t>& c) {
@@ -667,11 +684,13 @@ PYBIND11_MODULE(_C, m) {
           item_memo_inject_fault(n);
         } else if (kind == "pytree") {
           pytree_inject_fault(n);
+        } else if (kind == "config_attr") {
+          config_attr_inject_fault(n);
         } else {
           throw py::value_error(
               "_inject_fault: kind is 'dtype', 'device', 'convert', 'portable', 'portable_admit', "
               "'portable_commit', 'rerun', "
-              "'symnode', 'symnode_expr', 'symnode_int', 'item_memo' or 'pytree'");
+              "'symnode', 'symnode_expr', 'symnode_int', 'item_memo', 'pytree' or 'config_attr'");
         }
       },
       py::arg("n"),

@@ -521,6 +521,31 @@ def pytree_counts() -> dict[str, int]:
 def pytree_set_counts(counts: dict[str, int]) -> None:
     """Put saved counts back (missing names are zero)."""
 
+def setup_config_attr(module_type: type, entry_type: type, sentinel: Any, stock_getattr: Any, warn: Any,
+                      alias_val: Any) -> None:
+    """Bind torch's ``ConfigModule`` and ``_ConfigEntry`` classes, ``_UNSET_SENTINEL`` and
+    the functions stock's read goes through (``ConfigModule.__getattr__``,
+    ``_warn_if_deprecated``, ``_get_alias_val``): a module whose class no longer has
+    them is read as stock reads it (csrc/tracing/config_attr.cpp,
+    fastfake/tracing/config_attr.py)."""
+
+def config_attr_descriptor() -> Any:
+    """What ``ConfigModule.__getattribute__`` becomes: a method descriptor answering a
+    plain entry of the module's ``_config`` as stock's ``__getattr__`` does, and
+    everything else through ``module.__getattribute__`` (then stock's ``__getattr__``)."""
+
+def config_attr_enable(on: bool) -> None:
+    """Serve reads (True) or hand every one to ``module.__getattribute__`` (False)."""
+
+def set_config_attr_check(check: Any) -> None:
+    """crosscheck: ``check(module, name, served)`` after every served read (None: off)."""
+
+def config_attr_counts() -> dict[str, int]:
+    """``served`` and ``stock`` (reads handed to ``module.__getattribute__``)."""
+
+def config_attr_set_counts(counts: dict[str, int]) -> None:
+    """Put saved counts back (missing names are zero)."""
+
 def setup_detach(stock: Any) -> None:
     """Bind stock's ``fast_detach`` (called for every case :func:`fast_detach` does
     not serve)."""
@@ -618,7 +643,8 @@ def _inject_fault(n: int, kind: str = "dtype") -> None:
     whose answer is an int answer None; ``kind="item_memo"``: the next ``n`` served
     ``.item()`` repeats read the raw ``_item_memo`` attribute, skipping the memo
     descriptor's staleness check; ``kind="pytree"``: the next ``n`` served pytree maps
-    rebuild tuples as lists (and lists of leaves come reversed)."""
+    rebuild tuples as lists (and lists of leaves come reversed); ``kind="config_attr"``:
+    the next ``n`` served configuration reads of a bool answer its negation."""
 
 def _faults_requested() -> int:
     """Testing only: how many non-zero faults :func:`_inject_fault` was asked for in

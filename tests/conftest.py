@@ -24,7 +24,8 @@ import fastfake  # noqa: E402
 
 
 def _no_faults() -> None:
-    for kind in ("dtype", "device", "convert", "portable", "rerun", "symnode", "symnode_expr", "symnode_int", "item_memo"):
+    for kind in ("dtype", "device", "convert", "portable", "rerun", "symnode", "symnode_expr", "symnode_int", "item_memo",
+                 "config_attr"):
         fastfake._C._inject_fault(0, kind)
     fastfake.tracing.fake_prop._fault = None
 

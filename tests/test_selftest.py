@@ -23,6 +23,7 @@ from fastfake.symbolic import symnode_expr as _symnode_expr
 from fastfake.symbolic import symnode_int as _symnode_int
 from fastfake.runtime import frame_stack as _frame_stack
 from fastfake.store import funcnames as _funcnames
+from fastfake.tracing import config_attr as _config_attr
 from faults import fault_turns_off_only, in_subprocess
 
 
@@ -65,6 +66,8 @@ def test_passes_here_and_every_feature_served():
         expected.add("frame_stack")
     if _funcnames.available():
         expected.add("funcnames")
+    if _config_attr.available():
+        expected.add("config_attr")
     assert set(report["passed"]) == expected
     assert all(report["passed"].values())
     # Each feature served results itself, so the comparison proved something.

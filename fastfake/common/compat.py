@@ -705,6 +705,30 @@ def funcnames_proven() -> bool:
         return False
 
 
+#: Digest of torch's configuration-module read (``stock_sources.config_attr_functions``)
+#: -> the releases csrc/tracing/config_attr.cpp was proven on.
+CONFIG_ATTR_SOURCES: dict[str, str] = {
+    "c0318e6c19ead749": "2.13.0, 2.14.1",
+}
+
+
+@functools.cache
+def config_attr_source_digest() -> str | None:
+    from fastfake.common.stock_sources import config_attr_functions
+
+    return _source_digest(lambda source: "\n--\n".join(source(fn) for fn in config_attr_functions()),
+                          CONFIG_ATTR_SOURCES)
+
+
+def config_attr_proven() -> bool:
+    """torch's ``ConfigModule`` reads a setting as csrc/tracing/config_attr.cpp does: its
+    ``__getattr__`` and helpers are source-identical to a release that was proven."""
+    try:
+        return config_attr_source_digest() in CONFIG_ATTR_SOURCES
+    except ImportError:
+        return False
+
+
 def privateuse1_device() -> str:
     """The name an out-of-tree backend gave the PrivateUse1 device (TorchTPU:
     ``tpu``), "" while it has none (or this torch cannot say)."""

@@ -103,3 +103,12 @@ def funcnames_functions() -> list[object]:
 
     add_file = ORIGINALS.get((funcname_cache, "_add_file")) or funcname_cache.__dict__["_add_file"]
     return [add_file, funcname_cache.get_funcname, tokenize.open]
+
+
+def config_attr_functions() -> list[object]:
+    """The stock code csrc/tracing/config_attr.cpp answers for: ``ConfigModule.__getattr__``
+    and the helpers it calls for a plain entry."""
+    from torch.utils._config_module import ConfigModule
+
+    d = vars(ConfigModule)
+    return [d["__getattr__"], d["_warn_if_deprecated"], d["_get_alias_val"], d["_get_alias_module_and_name"]]

@@ -231,6 +231,15 @@ ACCELERATIONS: tuple[Acceleration, ...] = (
         counts="ext:symnode_int_counts,symnode_int_set_counts",
         module="csrc/symbolic/symnode_int.cpp, fastfake/symbolic/symnode_int.py"),
     Acceleration(
+        "config_attr", "configuration reads",
+        "`ConfigModule.__getattr__` (torch/utils/_config_module.py): every read of a setting of `torch._dynamo.config`, `torch._functorch.config`, ... after the module's own lookup failed",
+        "stock's `__getattr__`, its helpers and `_ConfigEntry` source-identical to a proven release; a plain entry answered from the same fields in the same order, anything else stock's; self-test",
+        ("config_attr.served",), "config_attr.", "either",
+        available="fastfake.tracing.config_attr:available", apply="fastfake.tracing.config_attr:apply",
+        crosscheck="stock's `__getattr__` on the same module and name answers the same object",
+        counts="ext:config_attr_counts,config_attr_set_counts",
+        module="csrc/tracing/config_attr.cpp, fastfake/tracing/config_attr.py"),
+    Acceleration(
         "real_inputs", "real inputs",
         "converting real tensor arguments under `allow_non_fake_inputs`",
         "the mode's own converter, as stock converts them",

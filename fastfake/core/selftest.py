@@ -618,6 +618,101 @@ def _funcnames_program(mode, dev: str) -> list:
     return out
 
 
+_CONFIG_SOURCE = """\
+from torch.utils._config_module import Config
+
+flag = True
+number = 3
+ratio = 0.5
+name = "n"
+pair = (1, 2)
+nothing = None
+items = [1, 2]
+table = {"k": 1}
+env_flag: bool = Config(default=False, env_name_default="FASTFAKE_SELFTEST_ENV_DEFAULT")
+forced: bool = Config(default=False, env_name_force="FASTFAKE_SELFTEST_ENV_FORCE")
+knob: bool = Config(default=True, justknob="fastfake_selftest_knob")
+old = Config(default=7, deprecated=True, deprecation_message="use number")
+aliased = Config(alias="math.pi")
+
+
+class sub:
+    inner = 4
+    mutable = [3]
+"""
+
+
+def _config_attr_program(mode, dev: str) -> list:
+    """Reads of a configuration module of its own (torch's ``install_config_module`` over
+    a temporary file): plain entries of every immutable type, mutable defaults (stock
+    copies them), environment values (default and forced), a justknob, a deprecated
+    entry (its warning), an alias, a sub-config, overrides by assignment, by ``patch``
+    and in another context, a deleted (hidden) entry and a missing name -- each read
+    twice, the values and their identities compared."""
+    import contextvars
+    import importlib.util
+    import os
+    import tempfile
+    import warnings
+
+    from torch.utils._config_module import install_config_module
+
+    out = []
+    keys = ("flag", "number", "ratio", "name", "pair", "nothing", "items", "table", "env_flag", "forced", "knob",
+            "old", "aliased", "sub", "missing")
+
+    def read(tag: str, mod) -> None:
+        for k in keys:
+            for i in range(2):
+                try:
+                    v = getattr(mod, k)
+                    r = (type(v).__name__, repr(v) if k != "sub" else repr(v.inner),
+                         v is mod._config[k].default if k in mod._config else None)
+                except AttributeError as e:
+                    r = ("AttributeError", str(e))
+                out.append((f"{tag} {k} {i}", (), r))
+
+    saved = {k: os.environ.get(k) for k in ("FASTFAKE_SELFTEST_ENV_DEFAULT", "FASTFAKE_SELFTEST_ENV_FORCE")}
+    with tempfile.TemporaryDirectory(prefix="fastfake-selftest-") as d, warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        os.environ["FASTFAKE_SELFTEST_ENV_DEFAULT"] = "1"
+        os.environ["FASTFAKE_SELFTEST_ENV_FORCE"] = "1"
+        try:
+            path = os.path.join(d, "fastfake_selftest_config.py")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(_CONFIG_SOURCE)
+            spec = importlib.util.spec_from_file_location("fastfake_selftest_config", path)
+            mod = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(mod)
+            install_config_module(mod)
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        read("defaults", mod)
+        mod.flag, mod.number, mod.pair = False, 5, (3,)
+        read("assigned", mod)
+        with mod.patch(flag=True, name="p", nothing=1):
+            read("patched", mod)
+        read("after patch", mod)
+        del mod.number
+        read("deleted", mod)
+        mod.number = 6
+        read("set again", mod)
+        ctx = contextvars.copy_context()
+
+        def in_context():
+            mod.ratio = 2.5
+            read("in another context", mod)
+
+        ctx.run(in_context)
+        read("outside that context", mod)
+        out.append(("warnings", (), [str(x.message) for x in w]))
+    return out
+
+
 def _summary(v) -> str:
     """A value of another mode's ShapeEnv, as text (the describer knows one mode)."""
     if isinstance(v, torch.Tensor):
@@ -802,6 +897,7 @@ def _groups() -> list[tuple[str, Program, bool, tuple[str, ...]]]:
         ("pytree", _pytree_program, True, ("cpu",)),
         ("frame_stack", _frame_stack_program, False, ("cpu",)),
         ("funcnames", _funcnames_program, False, ("cpu",)),
+        ("config_attr", _config_attr_program, False, ("cpu",)),
     ]
 
 
