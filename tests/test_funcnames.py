@@ -193,7 +193,7 @@ def test_an_invalid_record_is_dropped_and_counted(installed, isolated, tmp_path)
     want = _stock_table(str(p))
     _fast_table(str(p))
     (name,) = list(funcnames._table)
-    funcnames._table[name] = {"names": ["f"], "lines": [[2, 5]]}  # an index out of range
+    funcnames._table[name] = {"names": ["f"], "lines": [2, 5]}  # an index out of range
     assert _fast_table(str(p)) == want
     assert fastfake.stats()["funcnames.invalid"] == 1
 
@@ -208,7 +208,7 @@ def test_crosscheck_finds_a_record_that_is_not_stocks(tmp_path):
         _fast_table(str(p))
         _fast_table(str(p))  # a good record: stock's again
         (name,) = list(funcnames._table)
-        funcnames._table[name] = {"names": ["g"], "lines": [[1, 0], [2, 0]]}
+        funcnames._table[name] = {"names": ["g"], "lines": [1, 0, 2, 0]}
         with pytest.raises(CrosscheckError):
             _fast_table(str(p))
     assert fastfake.stats()["funcnames.served"] == 0

@@ -136,19 +136,20 @@ def _setup() -> tuple:
 
 
 # --------------------------------------------------------------------------- #
-# Records: {"names": [qualified names, first use first], "lines": [[line, name index], ...]}
+# Records: {"names": [qualified names, first use first], "lines": [line, name index, line, ...]}
+# (flat: a table held in memory is three tracked objects, not one per line)
 # --------------------------------------------------------------------------- #
 
 
 def _encode(table: dict) -> dict | None:
     names: dict[str, int] = {}
-    lines = []
+    lines: list[int] = []
     last = 0
     for line, name in table.items():
         if type(line) is not int or type(name) is not str or line <= last:
             return None  # not a table as stock builds one: not kept
         last = line
-        lines.append([line, names.setdefault(name, len(names))])
+        lines += (line, names.setdefault(name, len(names)))
     return {"names": list(names), "lines": lines}
 
 
@@ -157,14 +158,13 @@ def _decode(rec: Any) -> dict | None:
     if type(rec) is not dict or set(rec) != {"names", "lines"}:
         return None
     names, lines = rec["names"], rec["lines"]
-    if type(names) is not list or type(lines) is not list or not all(type(n) is str for n in names):
+    if type(names) is not list or type(lines) is not list or len(lines) % 2 or not all(
+            type(n) is str for n in names):
         return None
     table: dict[int, str] = {}
     last = 0
-    for item in lines:
-        if type(item) is not list or len(item) != 2:
-            return None
-        line, k = item
+    for j in range(0, len(lines), 2):
+        line, k = lines[j], lines[j + 1]
         if type(line) is not int or type(k) is not int or line <= last or not 0 <= k < len(names):
             return None
         last = line
