@@ -37,6 +37,7 @@
 #include "common/fastfake.h"
 
 #include "common/counts.h"
+#include "common/refs.h"
 #include "symbolic/symnode_memo.h"
 
 #include <functional>
@@ -380,12 +381,6 @@ PyMethodDef g_def = {
     METH_FASTCALL,
     "fastfake: SymNode binary op served from the memo (csrc/symbolic/symnode_memo.cpp)."};
 
-void set_ref(PyObject*& slot, PyObject* o) {
-  if (o == Py_None) o = nullptr;
-  Py_XINCREF(o);
-  Py_XSETREF(slot, o);
-}
-
 } // namespace
 
 void symnode_memo_setup(
@@ -395,11 +390,11 @@ void symnode_memo_setup(
     PyObject* logging_internal_dict,
     PyObject* loggers) {
   init_strings();
-  set_ref(g_symnode, symnode_type);
-  set_ref(g_m2o, method_to_operator);
-  set_ref(g_sympy_params, sympy_parameters);
-  set_ref(g_logging, logging_internal_dict);
-  set_ref(g_loggers, loggers);
+  hold_ref(g_symnode, symnode_type);
+  hold_ref(g_m2o, method_to_operator);
+  hold_ref(g_sympy_params, sympy_parameters);
+  hold_ref(g_logging, logging_internal_dict);
+  hold_ref(g_loggers, loggers);
 }
 
 PyObject* symnode_memo_hook(PyObject* method, PyObject* stock) {
@@ -425,7 +420,7 @@ bool symnode_memo_set(bool on) {
 }
 
 void symnode_memo_set_check(PyObject* check) {
-  set_ref(g_check, check);
+  hold_ref(g_check, check);
 }
 
 size_t symnode_memo_size() {

@@ -24,6 +24,7 @@
 #include "tracing/config_attr.h"
 
 #include "common/counts.h"
+#include "common/refs.h"
 
 namespace fastfake {
 
@@ -195,39 +196,30 @@ PyMethodDef g_def = {
     METH_FASTCALL,
     "ConfigModule attribute reads in C by fastfake (stock's __getattr__ answers for plain entries)."};
 
-PyObject* intern(const char* s) {
-  return PyUnicode_InternFromString(s);
-}
-
-void set(PyObject*& slot, PyObject* o) {
-  Py_XINCREF(o);
-  Py_XSETREF(slot, o);
-}
-
 } // namespace
 
 void config_attr_setup(PyObject* module_type, PyObject* entry_type, PyObject* sentinel, PyObject* stock_getattr,
                        PyObject* warn, PyObject* alias_val) {
   if (s_config == nullptr) {
-    s_config = intern("_config");
-    s_module_getattr = intern("__getattr__");
-    s_warn = intern("_warn_if_deprecated");
-    s_alias_val = intern("_get_alias_val");
-    s_hide = intern("hide");
-    s_deprecated = intern("deprecated");
-    s_alias = intern("alias");
-    s_env_force = intern("env_value_force");
-    s_user_override = intern("user_override");
-    s_env_default = intern("env_value_default");
-    s_justknob = intern("justknob");
-    s_default = intern("default");
+    s_config = PyUnicode_InternFromString("_config");
+    s_module_getattr = PyUnicode_InternFromString("__getattr__");
+    s_warn = PyUnicode_InternFromString("_warn_if_deprecated");
+    s_alias_val = PyUnicode_InternFromString("_get_alias_val");
+    s_hide = PyUnicode_InternFromString("hide");
+    s_deprecated = PyUnicode_InternFromString("deprecated");
+    s_alias = PyUnicode_InternFromString("alias");
+    s_env_force = PyUnicode_InternFromString("env_value_force");
+    s_user_override = PyUnicode_InternFromString("user_override");
+    s_env_default = PyUnicode_InternFromString("env_value_default");
+    s_justknob = PyUnicode_InternFromString("justknob");
+    s_default = PyUnicode_InternFromString("default");
   }
-  set(g.module_type, module_type);
-  set(g.entry_type, entry_type);
-  set(g.sentinel, sentinel);
-  set(g.stock_getattr, stock_getattr);
-  set(g.warn, warn);
-  set(g.alias_val, alias_val);
+  hold_ref(g.module_type, module_type);
+  hold_ref(g.entry_type, entry_type);
+  hold_ref(g.sentinel, sentinel);
+  hold_ref(g.stock_getattr, stock_getattr);
+  hold_ref(g.warn, warn);
+  hold_ref(g.alias_val, alias_val);
 }
 
 PyObject* config_attr_descriptor() {
@@ -243,7 +235,7 @@ void config_attr_enable(bool on) {
 }
 
 void config_attr_set_check(PyObject* check) {
-  set(g.check, check == Py_None ? nullptr : check);
+  hold_ref(g.check, check);
 }
 
 std::map<std::string, uint64_t> config_attr_counts() {
