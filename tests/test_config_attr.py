@@ -20,42 +20,23 @@ import pytest
 import fastfake
 from faults import fault_turns_off_only, unknown_source_stays_stock
 from fastfake import _C
+from fastfake.core import selftest as _selftest
 from fastfake.tracing import config_attr
 
 pytestmark = pytest.mark.skipif(not config_attr.available(), reason="config_attr is not proven on this release")
 
 from torch.utils._config_module import ConfigModule, install_config_module  # noqa: E402
 
-SOURCE = """\
-from torch.utils._config_module import Config
-
-flag = True
-number = 3
-ratio = 0.5
-name = "n"
-pair = (1, 2)
-nothing = None
-items = [1, 2]
-table = {"k": 1}
-env_flag: bool = Config(default=False, env_name_default="FASTFAKE_TEST_ENV_DEFAULT")
-forced: bool = Config(default=False, env_name_force="FASTFAKE_TEST_ENV_FORCE")
-knob: bool = Config(default=True, justknob="fastfake_test_knob")
-old = Config(default=7, deprecated=True, deprecation_message="use number")
-aliased = Config(alias="math.pi")
-
-
-class sub:
-    inner = 4
-    mutable = [3]
-"""
+# the self-test's own configuration module (every kind of entry)
+SOURCE = _selftest._CONFIG_SOURCE
 KEYS = ("flag", "number", "ratio", "name", "pair", "nothing", "items", "table", "env_flag", "forced", "knob",
         "old", "aliased", "missing")
 VALUES = (True, False, 0, 1, 2.5, "s", (1,), None, [4], {"a": 2})
 
 
 def _module(tmp_path, monkeypatch, tag="m"):
-    monkeypatch.setenv("FASTFAKE_TEST_ENV_DEFAULT", "1")
-    monkeypatch.setenv("FASTFAKE_TEST_ENV_FORCE", "0")
+    monkeypatch.setenv("FASTFAKE_SELFTEST_ENV_DEFAULT", "1")
+    monkeypatch.setenv("FASTFAKE_SELFTEST_ENV_FORCE", "0")
     path = tmp_path / f"fastfake_test_config_{tag}.py"
     path.write_text(SOURCE)
     spec = importlib.util.spec_from_file_location(path.stem, path)
