@@ -192,8 +192,8 @@ def test_an_invalid_record_is_dropped_and_counted(installed, isolated, tmp_path)
     p.write_text("def f():\n    pass\n")
     want = _stock_table(str(p))
     _fast_table(str(p))
-    (name,) = list(funcnames._table)
-    funcnames._table[name] = {"names": ["f"], "lines": [2, 5]}  # an index out of range
+    (name,) = list(funcnames._kept.records)
+    funcnames._kept.records[name] = {"names": ["f"], "lines": [2, 5]}  # an index out of range
     assert _fast_table(str(p)) == want
     assert fastfake.stats()["funcnames.invalid"] == 1
 
@@ -207,8 +207,8 @@ def test_crosscheck_finds_a_record_that_is_not_stocks(tmp_path):
         p.write_text("def f():\n    pass\n")
         _fast_table(str(p))
         _fast_table(str(p))  # a good record: stock's again
-        (name,) = list(funcnames._table)
-        funcnames._table[name] = {"names": ["g"], "lines": [1, 0, 2, 0]}
+        (name,) = list(funcnames._kept.records)
+        funcnames._kept.records[name] = {"names": ["g"], "lines": [1, 0, 2, 0]}
         with pytest.raises(CrosscheckError):
             _fast_table(str(p))
     assert fastfake.stats()["funcnames.served"] == 0
@@ -220,7 +220,7 @@ def test_bounded(installed, isolated, tmp_path, monkeypatch):
         p = tmp_path / f"m{i}.py"
         p.write_text(f"def f{i}():\n    pass\n" * 3)
         _fast_table(str(p))
-    assert funcnames._bytes[0] <= 200
+    assert funcnames._kept.bytes <= 200
     assert fastfake.stats()["funcnames.full"] >= 1
 
 

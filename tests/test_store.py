@@ -408,7 +408,7 @@ def test_records_keep_no_mode_or_tensor_alive(installed):
         x = torch.empty(3, 7)
         y = torch.softmax(x, 0)
     refs = [weakref.ref(mode), weakref.ref(x), weakref.ref(y)]
-    assert records._new, "nothing was learned"
+    assert records._kept.new, "nothing was learned"
     del mode, x, y
     gc.collect()
     assert all(r() is None for r in refs)
@@ -421,5 +421,5 @@ def test_off_serves_and_learns_nothing(monkeypatch):
     records.clear()
     with ft.FakeTensorMode():
         torch.mm(torch.empty(2, 9), torch.empty(9, 2))
-    assert not records._new
+    assert not records._kept.new
     assert all(v == 0 for k, v in fastfake.stats().items() if k.startswith("store."))

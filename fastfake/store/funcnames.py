@@ -45,20 +45,17 @@ Counters (``stats()``): ``funcnames.served``, ``funcnames.learned``,
 """
 from __future__ import annotations
 
-import atexit
-import contextlib
 import hashlib
 import io
-import json
 import os
 import sys
 import types
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 from fastfake.common import compat as _compat
 from fastfake.store import files as _files
+from fastfake.store import table as _table
 
 #: the largest records text kept (a transformers model's files: 10-40 KB each)
 MAX_BYTES = 4 * 1024 * 1024
@@ -72,13 +69,6 @@ _file_counts: Counter = Counter()
 
 _ON = [False]
 _CROSS = [False]
-_LOADED = [False]
-_AT_EXIT = [False]
-#: record name -> the record as kept (JSON values)
-_table: dict[str, dict] = {}
-#: records learned in this process, not yet written
-_new: dict[str, dict] = {}
-_bytes = [0]
 #: (stock's funcname_cache module, stock's _add_file, the records' name prefix)
 _STATE: list = []
 
@@ -112,6 +102,10 @@ def available() -> bool:
 def path() -> str | None:
     d, key = _files.directory(), _files.installation_key()
     return None if d is None or key is None else os.path.join(d, "funcnames", f"{key}.json")
+
+
+#: the records by name (the code's digest and the file bytes'), at most MAX_BYTES
+_kept = _table.Table(path, _file_counts, lambda: MAX_BYTES, _counts)
 
 
 def _setup() -> tuple:
@@ -172,21 +166,6 @@ def _decode(rec: Any) -> dict | None:
     return table
 
 
-def _load() -> None:
-    _LOADED[0] = True
-    for name, rec in _files.read(path(), counter=_file_counts, max_bytes=MAX_BYTES):
-        _add(name, rec, len(name) + len(json.dumps(rec, separators=(",", ":"))))
-
-
-def _add(name: str, rec: Any, size: int) -> bool:
-    if _bytes[0] + size > MAX_BYTES:
-        _counts["full"] += 1
-        return False
-    _table[name] = rec
-    _bytes[0] += size
-    return True
-
-
 # --------------------------------------------------------------------------- #
 # Stock's code on the bytes read
 # --------------------------------------------------------------------------- #
@@ -237,15 +216,15 @@ def add_file(filename: str) -> None:
     except (OSError, TypeError, ValueError):
         _counts["stock.unreadable"] += 1
         return stock(filename)
-    if not _LOADED[0]:
-        _load()
+    if not _kept.loaded:
+        _kept.load()
     name = f"{prefix}:{hashlib.blake2b(data, digest_size=20).hexdigest()}"
     kept = None
-    rec = _table.get(name)
+    rec = _kept.records.get(name)
     if rec is not None:
         kept = _decode(rec)
         if kept is None:
-            del _table[name]
+            del _kept.records[name]
             _counts["invalid"] += 1
         elif not _CROSS[0]:
             module.cache[filename] = kept
@@ -262,16 +241,11 @@ def add_file(filename: str) -> None:
     enc = _encode(made) if type(made) is dict else None
     if enc is None:
         return None
-    size = len(name) + len(json.dumps(enc, separators=(",", ":")))
+    size = _table.size_of(name, enc)
     if size > MAX_RECORD_BYTES:
         _counts["stock.large"] += 1
         return None
-    if _add(name, enc, size):
-        _new[name] = enc
-        _counts["learned"] += 1
-        if not _AT_EXIT[0]:
-            _AT_EXIT[0] = True
-            atexit.register(flush)
+    _kept.learn(name, enc, size)
     return None
 
 
@@ -286,37 +260,9 @@ def _crosscheck(filename: str, kept: dict, made: Any) -> None:
         )
 
 
-def flush() -> str | None:
-    """Write the records learned since the last write (the outcome, or None)."""
-    if not _new:
-        return None
-    new = [[n, r] for n, r in _new.items()]
-    _new.clear()
-    return _files.write(new, path(), counter=_file_counts, max_bytes=MAX_BYTES)
-
-
-def clear() -> None:
-    """Forget every record in memory; the file is read again at the next first ask."""
-    _table.clear()
-    _new.clear()
-    _bytes[0] = 0
-    _LOADED[0] = False
-
-
-@contextlib.contextmanager
-def isolated() -> Iterator[None]:
-    """Records learned and served in the block only (the self-test)."""
-    saved = (dict(_table), dict(_new), _bytes[0], _LOADED[0])
-    clear()
-    _LOADED[0] = True
-    try:
-        yield
-    finally:
-        clear()
-        _table.update(saved[0])
-        _new.update(saved[1])
-        _bytes[0] = saved[2]
-        _LOADED[0] = saved[3]
+flush = _kept.flush
+clear = _kept.clear
+isolated = _kept.isolated
 
 
 def apply(on: bool, crosscheck: bool = False) -> None:

@@ -47,11 +47,8 @@ Records hold ops, dtypes and such (never a mode, ShapeEnv or tensor), at most
 """
 from __future__ import annotations
 
-import atexit
-import contextlib
 import json
 from collections import Counter
-from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -63,6 +60,7 @@ from fastfake.common import compat as _compat
 from fastfake.stock import cache as _stock_cache
 from fastfake.store import codec as _codec
 from fastfake.store import files as _files
+from fastfake.store import table as _table
 
 _NAMES = ("served", "learned", "miss", "invalid", "full", "crosschecked",
           "declined.mode", "declined.output", "declined.nested", "declined.encode")
@@ -70,16 +68,6 @@ _counts: Counter = Counter()
 
 _ON = [False]  # serving and recording
 _CROSS = [False]  # crosscheck: record and compare, never serve
-_LOADED = [False]
-#: name (the key's JSON text) -> the record as kept (JSON values)
-_table: dict[str, dict] = {}
-#: name -> the entry the record holds, decoded
-_decoded: dict[str, tuple] = {}
-_ops: set = set()
-_bytes = [0]
-#: records learned in this process, not yet written (name -> record)
-_new: dict[str, dict] = {}
-_AT_EXIT = [False]
 
 # One frame per call of stock's _cached_dispatch_impl in progress (while on).
 _STACK: list = []
@@ -125,18 +113,43 @@ def available() -> bool:
 # --------------------------------------------------------------------------- #
 
 
-def _add(name: str, rec: dict, size: int) -> bool:
-    if _bytes[0] + size > _files.MAX_BYTES:
-        _counts["full"] += 1
-        return False
-    op = _op_of(rec)
-    if op is None:
-        _counts["invalid"] += 1
-        return False
-    _table[name] = rec
-    _ops.add(op)
-    _bytes[0] += size
-    return True
+class _Table(_table.Table):
+    """The records (name: the key's JSON text), at most ``files.MAX_BYTES`` of
+    them, with the op of each (a call is looked up by its op first) and the entries
+    decoded so far."""
+
+    def __init__(self) -> None:
+        # (a record read from the file counts its name and 64 bytes: its text is not
+        # made again for each)
+        super().__init__(_files.path, _files.counts, lambda: _files.MAX_BYTES, _counts,
+                         loaded_size=lambda name, rec: len(name) + 64)
+        #: name -> the entry the record holds, decoded
+        self.decoded: dict[str, tuple] = {}
+        self.ops: set = set()
+
+    def admit(self, name: str, rec: Any) -> bool:
+        op = _op_of(rec)
+        if op is None:
+            _counts["invalid"] += 1
+            return False
+        self.ops.add(op)
+        return True
+
+    def clear(self) -> None:
+        super().clear()
+        self.decoded.clear()
+        self.ops.clear()
+
+    def saved(self) -> tuple:
+        return super().saved(), dict(self.decoded), set(self.ops)
+
+    def restore(self, saved: tuple) -> None:
+        super().restore(saved[0])
+        self.decoded.update(saved[1])
+        self.ops.update(saved[2])
+
+
+_kept = _Table()
 
 
 def _op_of(rec: Any) -> Any:
@@ -146,12 +159,6 @@ def _op_of(rec: Any) -> Any:
         return _codec.decode(rec.get("op"))
     except _codec.Invalid:
         return None
-
-
-def _load() -> None:
-    _LOADED[0] = True
-    for name, rec in _files.read():
-        _add(name, rec, len(name) + 64)
 
 
 def _decode(name: str, rec: dict) -> Any:
@@ -186,9 +193,9 @@ def _at_key(mode: Any, key: Any, func: Any) -> None:
     cache = ft.FakeTensorMode.cache
     if cache.get(key) is not None:
         return  # stock hits
-    if not _LOADED[0]:
-        _load()
-    if func in _ops and len(_STACK) == 1:
+    if not _kept.loaded:
+        _kept.load()
+    if func in _kept.ops and len(_STACK) == 1:
         # (only a call made outside stock's kernels: served inside one, it would not
         # run as it does where stock's kernel makes it, and fastfake's result cache
         # and elementwise path would not learn from it as they do there)
@@ -199,17 +206,17 @@ def _at_key(mode: Any, key: Any, func: Any) -> None:
 
 def _serve(mode: Any, key: Any, frame: _Frame) -> None:
     name = _codec.key_text(key)
-    rec = _table.get(name) if name is not None else None
+    rec = _kept.records.get(name) if name is not None else None
     if rec is None:
         _counts["miss"] += 1
         return
-    entry = _decoded.get(name)
+    entry = _kept.decoded.get(name)
     if entry is None:
         entry = _decode(name, rec)
         if entry is None:
-            del _table[name]
+            del _kept.records[name]
             return
-        _decoded[name] = entry
+        _kept.decoded[name] = entry
     if mode.cache_crosscheck_enabled or _propagating_real_tensors():
         _counts["declined.mode"] += 1
         return
@@ -300,15 +307,8 @@ def _learn(mode: Any, func: Any, args: Any, out: Any, frame: _Frame, logged: lis
     if rec is None:
         return
     name, record = rec
-    if name in _table:
-        return
-    size = len(name) + len(json.dumps(record, separators=(",", ":")))
-    if _add(name, record, size):
-        _new[name] = record
-        _counts["learned"] += 1
-        if not _AT_EXIT[0]:
-            _AT_EXIT[0] = True
-            atexit.register(flush)
+    if name not in _kept.records:
+        _kept.learn(name, record, _table.size_of(name, record))
 
 
 def _crosscheck(func: Any, frame: _Frame, rec: Any) -> None:
@@ -413,44 +413,9 @@ def _bytes_of(shape, stride, dtype) -> int:
 # --------------------------------------------------------------------------- #
 
 
-def flush() -> str | None:
-    """Write the records learned since the last write (the outcome, or None when
-    there were none)."""
-    if not _new:
-        return None
-    new = list(_new.items())
-    _new.clear()
-    return _files.write([[n, r] for n, r in new])
-
-
-def clear() -> None:
-    """Forget every record in memory (learned or read); the file stays, and is read
-    again at the next lookup."""
-    _table.clear()
-    _decoded.clear()
-    _ops.clear()
-    _new.clear()
-    _bytes[0] = 0
-    _LOADED[0] = False
-
-
-@contextlib.contextmanager
-def isolated() -> Iterator[None]:
-    """Records learned and served in the block only (the self-test): nothing read
-    from or written to disk, nothing kept afterwards."""
-    saved = (dict(_table), dict(_decoded), set(_ops), _bytes[0], dict(_new), _LOADED[0])
-    clear()
-    _LOADED[0] = True
-    try:
-        yield
-    finally:
-        clear()
-        _table.update(saved[0])
-        _decoded.update(saved[1])
-        _ops.update(saved[2])
-        _bytes[0] = saved[3]
-        _new.update(saved[4])
-        _LOADED[0] = saved[5]
+flush = _kept.flush
+clear = _kept.clear
+isolated = _kept.isolated
 
 
 def apply(on: bool, crosscheck: bool = False) -> None:
