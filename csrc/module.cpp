@@ -19,6 +19,7 @@
 #include "convert/convert.h"
 #include "stock/counts.h"
 #include "runtime/frame_stack.h"
+#include "runtime/untrack.h"
 #include "tracing/config_attr.h"
 
 #include <pybind11/pybind11.h>
@@ -264,6 +265,15 @@ PYBIND11_MODULE(_C, m) {
   m.def("frame_stack_set_counts", [](const std::map<std::string, uint64_t>& c) {
     frame_stack_set_counts(c);
   });
+  m.def(
+      "untrack_set",
+      [](bool on, py::handle basic) { untrack_set(on, basic.is_none() ? nullptr : basic.ptr()); },
+      py::arg("on"), py::arg("sympy_basic"),
+      "Keep fastfake's inert learned containers out of the cyclic collector from now on (or not).");
+  m.def("untrack_inert", [](py::handle o) { return untrack_inert(o.ptr()); }, py::arg("value"),
+        "Untrack the inert tuples and frozensets in `value` (as a table does on storing it); whether it is inert.");
+  m.def("untrack_counts", []() { return untrack_counts(); });
+  m.def("untrack_set_counts", [](const std::map<std::string, uint64_t>& c) { untrack_set_counts(c); });
   m.def("item_memo_counts", []() { return item_memo_counts(); });
   m.def("item_memo_set_counts", [](const std::map<std::string, uint64_t>& c) {
     item_memo_set_counts(c);

@@ -396,6 +396,26 @@ def frame_stack_counts() -> dict[str, int]:
 def frame_stack_set_counts(counts: dict[str, int]) -> None:
     """Put saved counts back (names missing from ``counts`` become 0)."""
 
+# fastfake's learned records out of the cyclic collector (csrc/runtime/untrack.cpp,
+# fastfake/runtime/untrack.py)
+
+def untrack_set(on: bool, sympy_basic: type | None) -> None:
+    """From now on, the tables untrack the inert containers they store (``on``, with
+    ``sympy.Basic``, whose instances count as inert), or nothing (what was untracked
+    stays so)."""
+
+def untrack_inert(value: object) -> bool:
+    """Untrack the exact tuples and frozensets in ``value`` (descending through
+    tuples, frozensets, lists and dicts) whose items are all inert, as a table does
+    when it stores ``value``; whether ``value`` itself is inert. Nothing while off."""
+
+def untrack_counts() -> dict[str, int]:
+    """``tuples``, ``dicts`` (templates), ``left`` (tuples and frozensets left
+    tracked)."""
+
+def untrack_set_counts(counts: dict[str, int]) -> None:
+    """Put saved counts back (names missing from ``counts`` become 0)."""
+
 def setup_symnode_memo(
     symnode: type,
     method_to_operator: dict[str, Callable[..., Any]],

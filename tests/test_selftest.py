@@ -44,6 +44,7 @@ def test_passes_here_and_every_feature_served():
         expected.add("cache_symbolic")
         if _compat.portable_entries_known():
             expected.add("cache_portable")
+            expected.add("untrack")  # (proven on what the portable records store)
         if _compat.stock_reruns_unsafe_view():
             expected.add("cache_rerun")
         if _rerun.scalar_available():

@@ -95,6 +95,18 @@ std::array<PyObject*, 5> vid_fields() {
 }
 } // namespace
 
+namespace {
+// The interned value id of a SymNode value's five fields (borrowed), or -1.
+long long interned_fields_vid(PyObject* const (&f)[5]) {
+  PyObject* value = PyTuple_Pack(5, f[0], f[1], f[2], f[3], f[4]);
+  if (value == nullptr) return -1;
+  PyObject* found = PyDict_GetItemWithError(g_py.sym_vids, value); // borrowed
+  Py_DECREF(value);
+  if (found == nullptr || !PyLong_CheckExact(found)) return -1;
+  return PyLong_AsLongLong(found);
+}
+} // namespace
+
 long long interned_value_vid(PyObject* dict) {
   if (g_py.sym_vids == nullptr) return -1;
   const auto names = vid_fields();
@@ -103,12 +115,7 @@ long long interned_value_vid(PyObject* dict) {
     f[i] = PyDict_GetItemWithError(dict, names[i]); // borrowed
     if (f[i] == nullptr) return -1;
   }
-  PyObject* value = PyTuple_Pack(5, f[0], f[1], f[2], f[3], f[4]);
-  if (value == nullptr) return -1;
-  PyObject* found = PyDict_GetItemWithError(g_py.sym_vids, value); // borrowed
-  Py_DECREF(value);
-  if (found == nullptr || !PyLong_CheckExact(found)) return -1;
-  return PyLong_AsLongLong(found);
+  return interned_fields_vid(f);
 }
 
 void vids_cleared() {
@@ -125,18 +132,21 @@ namespace {
 // interned, read without calling it: the same five fields, taken from the instance
 // dict (`node._expr` is that entry unless the class has a data descriptor of the
 // name; SymNode defines none of them on any supported release), looked up in the
-// same dict, memoised on the node the same way. -1 where the hook must decide: a
+// same interning dict, memoised on the node the same way. -1 where the hook must decide: a
 // value not interned yet (the hook interns it, and clears the dict when full), a
 // missing field, a descriptor, an error (the hook raises it again).
 long long interned_vid(PyObject* node) {
   if (g_py.sym_vids == nullptr) return -1;
-  PyObject** dictptr = _PyObject_GetDictPtr(node);
-  if (dictptr == nullptr || *dictptr == nullptr) return -1;
-  for (PyObject* name : vid_fields()) {
-    PyObject* descr = _PyType_Lookup(Py_TYPE(node), name);
+  const auto names = vid_fields();
+  PyObject* f[5];
+  for (int i = 0; i < 5; ++i) {
+    PyObject* descr = _PyType_Lookup(Py_TYPE(node), names[i]);
     if (descr != nullptr && Py_TYPE(descr)->tp_descr_set != nullptr) return -1;
+    // (read in the object where it keeps its attributes there: no dict made)
+    f[i] = instance_attr(node, names[i]);
+    if (f[i] == nullptr) return -1;
   }
-  const long long vid = interned_value_vid(*dictptr);
+  const long long vid = interned_fields_vid(f);
   if (vid < 0) return -1;
   PyObject* v = PyLong_FromLongLong(vid);
   if (v == nullptr) return -1;

@@ -1,6 +1,7 @@
 // Reading the description fastfake.cache.learn.learn() gives of stock's own entry
 // (and, for symbolic outputs, of the tensor stock's hit builds) into an Entry.
 #include "cache/internal.h"
+#include "runtime/untrack.h"
 
 #include <ATen/EmptyTensor.h>
 #include <c10/core/DefaultDtype.h>
@@ -69,6 +70,7 @@ bool learn_node(const KeyCtx& ctx, PyObject* node, SymVal& out) {
   }
   out.kind = SymVal::New;
   out.fields = t;
+  untrack_inert(t);
   return true;
 }
 
@@ -240,6 +242,7 @@ bool parse_entry(const KeyCtx& ctx, PyObject* desc, Entry& e) {
   if (ctx.symbolic) {
     e.validity = PyTuple_GET_ITEM(desc, 2);
     Py_INCREF(e.validity);
+    untrack_inert(e.validity);
     e.env_version = replacements_version(ctx.shape_env);
   }
   e.tuple = PyObject_IsTrue(PyTuple_GET_ITEM(desc, 0)) == 1;

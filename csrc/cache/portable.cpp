@@ -16,6 +16,7 @@
 #include "cache/internal.h"
 #include "cache/portable.h"
 #include "cache/portable_fast.h"
+#include "runtime/untrack.h"
 
 #include <torch/csrc/autograd/python_variable.h>
 
@@ -213,7 +214,11 @@ void portable_learn(
   pe.seeds = std::move(seeds);
   pe.record = PyTuple_GET_ITEM(r, 0);
   Py_INCREF(pe.record);
-  if (PyTuple_GET_ITEM(r, 2) != Py_None) pe.fast = fast_parse(ctx, PyTuple_GET_ITEM(r, 2));
+  untrack_inert(pe.record);
+  if (PyTuple_GET_ITEM(r, 2) != Py_None) {
+    untrack_inert(PyTuple_GET_ITEM(r, 2));
+    pe.fast = fast_parse(ctx, PyTuple_GET_ITEM(r, 2));
+  }
   Py_DECREF(r); // (drops the fast form's keys, which hold this ShapeEnv's SymNodes)
   if (g_portable.size() >= kMaxPortable) {
     portable_clear();

@@ -2,6 +2,7 @@
 // tensors, views on the current input's storage, symbolic sizes from recipes.
 #include "cache/internal.h"
 #include "symbolic/symnode_int.h"
+#include "runtime/untrack.h"
 
 #include <ATen/EmptyTensor.h>
 #include <c10/core/DefaultDtype.h>
@@ -81,6 +82,7 @@ PyObject* template_of(PyObject* node) {
     Py_DECREF(copy);
     return nullptr;
   }
+  untrack_owned_dict(copy); // (only read: from_template_dict, template_vid)
   return copy;
 }
 
@@ -105,11 +107,13 @@ long long template_vid(const SymVal& v) {
   return vid;
 }
 
-// A new SymNode from a template: the constructor's instance dict for the
-// value, with this ShapeEnv, and the value id memo `fastfake.cache.learn.sym_vid`
+// A new SymNode from a template: the attributes the constructor set, in its
+// order, with this ShapeEnv, and the value id memo `fastfake.cache.learn.sym_vid`
 // would set on it (`_fastfake_vid`, its last attribute) where the value is
-// already interned, so the node's first key does not look it up. A new
-// reference, or nullptr.
+// already interned, so the node's first key does not look it up. Set one by one
+// as the constructor's `self.<name> = ...` sets them (so the node keeps its
+// attributes in the object, as a node the constructor built does, without a dict
+// object of its own for the cyclic collector to track). A new reference, or nullptr.
 PyObject* from_template_dict(const KeyCtx& ctx, const SymVal& v) {
   PyObject* proto = v.proto;
   // (object.__new__(SymNode), as the constructor's call starts: new_node checked
@@ -119,29 +123,25 @@ PyObject* from_template_dict(const KeyCtx& ctx, const SymVal& v) {
   auto* tp = reinterpret_cast<PyTypeObject*>(g_py.symnode_type);
   PyObject* node = tp->tp_new(tp, no_args, nullptr);
   if (node == nullptr) return nullptr;
-  PyObject* d = PyDict_Copy(proto);
-  if (d == nullptr || PyDict_SetItem(d, g_s_shape_env, ctx.shape_env) < 0) {
-    Py_XDECREF(d);
-    Py_DECREF(node);
-    return nullptr;
+  Py_ssize_t pos = 0;
+  PyObject *k, *val;
+  while (PyDict_Next(proto, &pos, &k, &val)) {
+    const bool env = k == g_s_shape_env || (PyUnicode_CheckExact(k) && PyUnicode_Compare(k, g_s_shape_env) == 0);
+    if (PyObject_GenericSetAttr(node, k, env ? ctx.shape_env : val) < 0) {
+      Py_DECREF(node);
+      return nullptr;
+    }
   }
   const long long vid = g_template_vids ? template_vid(v) : -1;
   if (vid >= 0) {
     PyObject* id = PyLong_FromLongLong(vid);
-    if (id == nullptr || PyDict_SetItem(d, g_py.s_fastfake_vid, id) < 0) {
+    if (id == nullptr || PyObject_GenericSetAttr(node, g_py.s_fastfake_vid, id) < 0) {
       Py_XDECREF(id);
-      Py_DECREF(d);
       Py_DECREF(node);
       return nullptr;
     }
     Py_DECREF(id);
   }
-  if (PyObject_GenericSetDict(node, d, nullptr) < 0) {
-    Py_DECREF(d);
-    Py_DECREF(node);
-    return nullptr;
-  }
-  Py_DECREF(d);
   return node;
 }
 } // namespace

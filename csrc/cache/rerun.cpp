@@ -28,6 +28,7 @@
 // Bounded; entries hold sympy values and op references, never a mode, ShapeEnv,
 // SymNode or tensor. The ShapeEnv ids they hold are never reused.
 #include "cache/rerun.h"
+#include "runtime/untrack.h"
 
 #include <torch/csrc/autograd/python_variable.h>
 
@@ -175,6 +176,7 @@ void learn(
   re.out.outs[0].share_version = false;
   re.record = PyTuple_GET_ITEM(r, 0);
   Py_INCREF(re.record);
+  untrack_inert(re.record);
   Py_DECREF(r);
   if (g_rerun.size() >= kMaxRerun) rerun_clear();
   auto old = g_rerun.find(rkey);

@@ -27,6 +27,81 @@
 namespace fastfake {
 namespace compat {
 
+// Whether `obj.<name>` calls the plain Python function `func` its class has under
+// that name (the instance does not shadow it), for an object whose class keeps
+// its instances' attributes in the object (see below), answered without making
+// its dict object: 1 or 0, -1 where this does not apply (the caller reads the
+// instance dict). The generic lookup binds `func` where the instance has no
+// attribute of the name (a method object, dropped); an instance holding that very
+// binding calls `func` on itself too. Runs no Python code; leaves no error set.
+inline int managed_method_unshadowed(PyObject* obj, PyObject* name, PyObject* func) {
+#if PY_VERSION_HEX >= 0x030B0000
+  PyTypeObject* tp = Py_TYPE(obj);
+  if (func == nullptr || !PyFunction_Check(func) || !(tp->tp_flags & Py_TPFLAGS_MANAGED_DICT) ||
+      tp->tp_getattro != PyObject_GenericGetAttr) {
+    return -1;
+  }
+  PyObject* r = nullptr;
+#if PY_VERSION_HEX >= 0x030D0000
+  const int found = PyObject_GetOptionalAttr(obj, name, &r);
+#else
+  const int found = _PyObject_LookupAttr(obj, name, &r);
+#endif
+  if (found <= 0) {
+    PyErr_Clear();
+    return -1;
+  }
+  const int unshadowed = PyMethod_Check(r) && PyMethod_GET_FUNCTION(r) == func && PyMethod_GET_SELF(r) == obj;
+  Py_DECREF(r);
+  return unshadowed;
+#else
+  (void)obj;
+  (void)name;
+  (void)func;
+  return -1;
+#endif
+}
+
+// An instance attribute of an object whose class keeps its instances' attributes
+// in the object (Py_TPFLAGS_MANAGED_DICT: every Python class without __slots__ on
+// CPython 3.11+), read without making the dict object that _PyObject_GetDictPtr
+// makes (and that the cyclic collector then tracks) for such an instance: 1 and
+// the borrowed value, 0 where the instance has none, -1 where this read does not
+// apply (another kind of class, a class with its own attribute lookup or an
+// attribute of that name, which generic lookup would prefer or fall back to): the
+// caller reads the instance dict. Runs no Python code; never leaves an error set.
+//
+// With `or_class_value`, a class attribute of that name that is a plain value (no
+// descriptor) does not stop the read: the answer is then what `obj.<name>` gives,
+// the instance's own value or else the class's.
+inline int managed_instance_attr(PyObject* obj, PyObject* name, PyObject** out, bool or_class_value = false) {
+#if PY_VERSION_HEX >= 0x030B0000
+  PyTypeObject* tp = Py_TYPE(obj);
+  if (!(tp->tp_flags & Py_TPFLAGS_MANAGED_DICT) || tp->tp_getattro != PyObject_GenericGetAttr) return -1;
+  PyObject* in_class = _PyType_Lookup(tp, name);
+  if (in_class != nullptr && (!or_class_value || Py_TYPE(in_class)->tp_descr_get != nullptr)) return -1;
+  PyObject* r = nullptr;
+#if PY_VERSION_HEX >= 0x030D0000
+  const int found = PyObject_GetOptionalAttr(obj, name, &r);
+#else
+  const int found = _PyObject_LookupAttr(obj, name, &r);
+#endif
+  if (found <= 0) {
+    PyErr_Clear();
+    return 0;
+  }
+  Py_DECREF(r); // (the instance, or the class, holds it)
+  *out = r;
+  return 1;
+#else
+  (void)obj;
+  (void)name;
+  (void)out;
+  (void)or_class_value;
+  return -1;
+#endif
+}
+
 // The release the extension was compiled against ("2.13"), for the Python
 // layer to refuse a mismatched import clearly.
 inline const char* built_for() {

@@ -47,6 +47,9 @@ bool export_leak_tracking() {
 }
 
 PyObject* instance_attr(PyObject* obj, PyObject* name) {
+  PyObject* v = nullptr;
+  const int managed = compat::managed_instance_attr(obj, name, &v);
+  if (managed >= 0) return managed ? v : nullptr;
   PyObject** dictptr = _PyObject_GetDictPtr(obj);
   if (dictptr == nullptr || *dictptr == nullptr) {
     return nullptr;
@@ -54,9 +57,21 @@ PyObject* instance_attr(PyObject* obj, PyObject* name) {
   return PyDict_GetItemWithError(*dictptr, name); // borrowed; name is a str so no error
 }
 
+PyObject* plain_attr(PyObject* obj, PyObject* name) {
+  PyObject* v = nullptr;
+  const int managed = compat::managed_instance_attr(obj, name, &v, true);
+  if (managed >= 0) return managed ? v : nullptr;
+  if ((v = instance_attr(obj, name)) != nullptr) return v;
+  PyObject* c = _PyType_Lookup(Py_TYPE(obj), name);
+  return c != nullptr && Py_TYPE(c)->tp_descr_get == nullptr ? c : nullptr;
+}
+
 PyObject* class_attr(PyObject* obj, PyObject* name) {
+  PyObject* c = _PyType_Lookup(Py_TYPE(obj), name); // borrowed (the type's attribute cache)
+  const int unshadowed = compat::managed_method_unshadowed(obj, name, c);
+  if (unshadowed >= 0) return unshadowed ? c : nullptr;
   if (instance_attr(obj, name) != nullptr) return nullptr;
-  return _PyType_Lookup(Py_TYPE(obj), name); // borrowed (the type's attribute cache)
+  return c;
 }
 
 PyObject* make_fake_tensor(PyObject* mode, at::Tensor elem, PyObject* device) {

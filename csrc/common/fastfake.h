@@ -246,6 +246,10 @@ extern PyRefs g_py;
 // Borrowed lookup of an attribute in an object's instance __dict__ (no descriptors);
 // nullptr if absent. Never sets a Python error.
 PyObject* instance_attr(PyObject* obj, PyObject* name);
+// What `obj.<name>` gives where that is a plain value: the instance's own, else a
+// class attribute that is no descriptor (borrowed); nullptr otherwise, or if absent.
+// Never sets a Python error.
+PyObject* plain_attr(PyObject* obj, PyObject* name);
 // What `obj.<name>` finds on its class (along the MRO, as attribute access
 // looks it up), where the instance has no attribute of that name (borrowed),
 // else nullptr: for a method, the function `obj.<name>()` calls.

@@ -294,8 +294,10 @@ PyObject* memo_call(PyObject* capsule, PyObject* const* args, Py_ssize_t nargs) 
   const Ref hb(instance_attr(other, s.hint), true);
   const Ref ta(instance_attr(self, s.pytype), true);
   const Ref tb(instance_attr(other, s.pytype), true);
-  PyObject* oa = instance_attr(self, s.osum); // compared with Py_True / Py_False only
-  PyObject* ob = instance_attr(other, s.osum);
+  // (what stock's `self._optimized_summation` reads: the constructor sets it, the
+  // class has its default; compared with Py_True / Py_False only)
+  PyObject* oa = plain_attr(self, s.osum);
+  PyObject* ob = plain_attr(other, s.osum);
   if (!plain_hint(ha.get()) || !plain_hint(hb.get()) || ta.get() == nullptr ||
       tb.get() == nullptr || oa == nullptr || ob == nullptr || !PyBool_Check(oa) ||
       !PyBool_Check(ob)) {
@@ -323,7 +325,7 @@ PyObject* memo_call(PyObject* capsule, PyObject* const* args, Py_ssize_t nargs) 
         instance_attr(r, s.shape_env) == env.get()) {
       PyObject* out = instance_attr(r, s.expr_attr);
       PyObject* pytype = instance_attr(r, s.pytype);
-      PyObject* osum = instance_attr(r, s.osum);
+      PyObject* osum = plain_attr(r, s.osum);
       if (out != nullptr && pytype != nullptr && osum != nullptr && PyBool_Check(osum)) {
         Py_INCREF(out);
         Py_INCREF(pytype);

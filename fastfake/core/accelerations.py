@@ -256,6 +256,17 @@ ACCELERATIONS: tuple[Acceleration, ...] = (
         selftest_must_serve=True,
         counts="ext:frame_stack_counts,frame_stack_set_counts",
         module="csrc/runtime/frame_stack.cpp, fastfake/runtime/frame_stack.py"),
+    Acceleration(
+        "untrack", "learned records out of the cyclic collector",
+        "the cyclic collector's tracking of fastfake's own learned containers (not torch's): tens of thousands of tuples and dicts after a dynamic compile, which counted towards CPython's next full collection and were walked by every collection",
+        "memory only: a container is untracked when a table stores it and its items are all inert (no GC support, immutable types, sympy expressions, tuples and frozensets of those), so it is on no reference cycle; self-test",
+        ("untrack.tuples",), "untrack.", "cache",
+        needs=("cache_portable",), available="fastfake.runtime.untrack:available",
+        apply="fastfake.runtime.untrack:apply",
+        crosscheck="nothing to compare: no value of a trace passes through it",
+        selftest_must_serve=True,
+        counts="ext:untrack_counts,untrack_set_counts",
+        module="csrc/runtime/untrack.cpp, fastfake/runtime/untrack.py"),
 )
 
 BY_NAME: dict[str, Acceleration] = {a.name: a for a in ACCELERATIONS}

@@ -898,6 +898,9 @@ def _groups() -> list[tuple[str, Program, bool, tuple[str, ...]]]:
         ("frame_stack", _frame_stack_program, False, ("cpu",)),
         ("funcnames", _funcnames_program, False, ("cpu",)),
         ("config_attr", _config_attr_program, False, ("cpu",)),
+        # (records learned in the other ShapeEnv are stored, and untracked, by the
+        # tables; the results are stock's whether or not: it must serve)
+        ("untrack", _portable_program, True, ("cpu",)),
     ]
 
 
