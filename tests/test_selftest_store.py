@@ -233,6 +233,36 @@ def test_an_injected_fault_is_judged_not_read(tmp_path, first_install, inject):
     assert len(_stored(tmp_path)) == 1  # a faulty result is not kept
 
 
+_PLAIN = """
+import json, sys
+import fastfake
+from fastfake.core import install as _install
+fastfake.install()
+print(json.dumps({
+    "source": fastfake.selftest_report()["source"],
+    "imported": "fastfake.core.selftest" in sys.modules,
+    "decisions": _install.decisions(),
+    "failed": {k: v for k, v in fastfake.stats().items() if k.startswith("selftest.")},
+}))
+"""
+
+
+def test_a_kept_result_is_read_without_importing_the_self_test(tmp_path):
+    """A process that finds the result kept on disk installs what the process that
+    ran the programs installed, without importing them (fastfake/core/selftest.py):
+    a fresh process's setup does not pay for the self-test's module."""
+    got = []
+    for _ in range(2):
+        r = in_subprocess(_PLAIN, FASTFAKE_CACHE_DIR=str(tmp_path))
+        assert r.returncode == 0, r.stderr[-3000:]
+        got.append(json.loads(r.stdout.strip().splitlines()[-1]))
+    first, second = got
+    assert first["source"] == "run" and first["imported"]
+    assert second["source"] == "disk"
+    assert not second["imported"], "install() imported the self-test's programs although a result was kept"
+    assert second["decisions"] == first["decisions"] and second["failed"] == first["failed"]
+
+
 def test_switched_off(tmp_path, first_install):
     _seeded(tmp_path, first_install)
     got = _install_in(tmp_path, FASTFAKE_NO_SELFTEST_CACHE="1")

@@ -23,7 +23,6 @@ from fastfake.common import originals as _originals
 from fastfake.cache import portable as _portable
 from fastfake.elementwise import registry as _registry
 from fastfake.cache import rerun as _rerun
-from fastfake.core import selftest as _selftest
 from fastfake.core import selftest_store as _selftest_store
 from fastfake.stock import cache as _stock_cache
 from fastfake.stock import key as _stock_key
@@ -57,7 +56,7 @@ class _State:
     options: Options | None = None  # None: not installed; else what is in force
     why: dict[str, str] = {}  # per acceleration, "on" or why install() left it off
     requested: Options | None = None  # what install() was last asked for
-    selftest: _selftest.Report | None = None  # once per process
+    selftest: _selftest_store.Report | None = None  # once per process
     originals = _originals.ORIGINALS  # (fastfake/common/originals.py)
     setup_done = False
     warned_version = False
@@ -232,7 +231,7 @@ def install(
     ft, _ = _torch_internals()
     # Setting up and self-testing run stock fake ops; stock's dispatch cache and
     # its statistics are left as they were.
-    with _selftest.stock_state_preserved(), _stock_cache.not_counted():
+    with _stock_cache.stock_state_preserved(), _stock_cache.not_counted():
         _setup()
         if _State.selftest is None:
             _State.selftest = _run_selftest(ft)
@@ -374,7 +373,7 @@ def _apply(ft, opts: Options) -> None:
         _originals.patch(ft.FakeTensorMode, name, make(original) if serving else None)
 
 
-def _run_selftest(ft) -> _selftest.Report:
+def _run_selftest(ft) -> _selftest_store.Report:
     """Run the self-test (once per process) with nothing of fastfake's installed
     but the feature under test; warn about every feature it turns off."""
 
@@ -398,7 +397,10 @@ def _run_selftest(ft) -> _selftest.Report:
             _all_off(ft)
 
     features = [a.name for a in _accelerations.ACCELERATIONS if a.selftest and available(a)]
-    def run() -> _selftest.Report:
+    def run() -> _selftest_store.Report:
+        # (imported only when the programs run: a result kept on disk does not need them)
+        from fastfake.core import selftest as _selftest
+
         report = _selftest.run(only, _originals.original(ft.FakeTensor, "device"), features)
         report.proofs["stock_key"] = [_stock_key.prove_once(), _stock_key.why_disabled()]
         return report
@@ -417,7 +419,7 @@ def _run_selftest(ft) -> _selftest.Report:
     return report
 
 
-def _stored_or_run(features: list[str], run) -> _selftest.Report:
+def _stored_or_run(features: list[str], run) -> _selftest_store.Report:
     """The result kept on disk for this installation, else ``run()``'s (then kept).
     The pointwise-op registry is handed to the extension first: read with a kept
     result, else built from torch's operator metadata and kept with the new one."""
@@ -430,7 +432,7 @@ def _stored_or_run(features: list[str], run) -> _selftest.Report:
         table = _registry.pointwise_table()
     _registry.register_table(_C, table)
     if found.report is not None:
-        return _selftest.Report.from_stored(found.report, time.perf_counter() - t0)
+        return _selftest_store.Report.from_stored(found.report, time.perf_counter() - t0)
     report = run()
     report.store = found.keep(report.as_dict(), table)
     report.seconds = time.perf_counter() - t0

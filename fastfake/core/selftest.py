@@ -26,8 +26,7 @@ import contextlib
 import gc
 import sys
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 
 import optree
 import torch
@@ -36,6 +35,8 @@ from fastfake import _C
 from fastfake.common import compat as _compat
 from fastfake.core import accelerations as _accelerations
 from fastfake.core import counters as _counters
+from fastfake.core.selftest_store import Report
+from fastfake.stock.cache import stock_state_preserved
 from fastfake.tracing import functional as _functional
 from fastfake.symbolic import symnode_memo as _symnode
 
@@ -49,54 +50,6 @@ MUST_SERVE = frozenset(a.name for a in _accelerations.ACCELERATIONS if a.selftes
 
 def _served(counts: dict, feature: str) -> int:
     return sum(counts.get(n, 0) for n in FEATURES[feature])
-
-
-@dataclass
-class Report:
-    torch_version: str
-    built_for: str
-    passed: dict[str, bool] = field(default_factory=dict)
-    failures: dict[str, str] = field(default_factory=dict)
-    served: dict[str, int] = field(default_factory=dict)
-    skipped: list[str] = field(default_factory=list)
-    seconds: float = 0.0
-    #: "run" (the programs ran in this process) or "disk" (a result kept for this
-    #: installation, fastfake/core/selftest_store.py), and what happened to the store.
-    source: str = "run"
-    store: str = "off"
-    #: proofs of this installation that are not self-test programs, kept with the
-    #: result: name -> [proven, why not] (the stock key builder: fastfake/stock/key.py)
-    proofs: dict[str, list] = field(default_factory=dict)
-
-    def as_dict(self) -> dict:
-        return {
-            "torch_version": self.torch_version,
-            "built_for": self.built_for,
-            "passed": dict(self.passed),
-            "failures": dict(self.failures),
-            "served": dict(self.served),
-            "skipped": list(self.skipped),
-            "seconds": self.seconds,
-            "source": self.source,
-            "store": self.store,
-            "proofs": {k: list(v) for k, v in self.proofs.items()},
-        }
-
-    @classmethod
-    def from_stored(cls, d: dict, seconds: float) -> Report:
-        """A report kept on disk (validated by the store), as read in ``seconds``."""
-        return cls(
-            torch_version=d["torch_version"],
-            built_for=d["built_for"],
-            passed=dict(d["passed"]),
-            failures=dict(d["failures"]),
-            served=dict(d["served"]),
-            skipped=list(d["skipped"]),
-            seconds=seconds,
-            source="disk",
-            store="hit",
-            proofs={k: list(v) for k, v in d.get("proofs", {}).items()},
-        )
 
 
 # ---------------------------------------------------------------------------
@@ -1037,25 +990,6 @@ def _dispatch_tls() -> tuple:
         str(torch._C._dispatch_tls_local_exclude_set()),
         torch._C._meta_in_tls_dispatch_include(),
     )
-
-
-@contextlib.contextmanager
-def stock_state_preserved() -> Iterator[None]:
-    """Put stock's class-level dispatch cache and its counters back afterwards."""
-    from torch._subclasses.fake_tensor import FakeTensorMode as M
-
-    cache_keys = set(M.cache)
-    counters = {k: getattr(M, k) for k in ("cache_hits", "cache_misses")}
-    bypasses = dict(M.cache_bypasses)
-    try:
-        yield
-    finally:
-        for k in [k for k in M.cache if k not in cache_keys]:
-            del M.cache[k]
-        for k, v in counters.items():
-            setattr(M, k, v)
-        M.cache_bypasses.clear()
-        M.cache_bypasses.update(bypasses)
 
 
 def run(

@@ -14,10 +14,12 @@ everything it was proven on is unchanged. The key covers
 * the process: the code of every function and method of the torch modules fastfake
   stands in for or calls (fake tensors, their converter and implementations,
   FunctionalTensor, proxy tracing, SymNode, ShapeEnv, the FX interpreter and
-  FakeTensorProp, dispatch statistics) and of fastfake's own modules, their
-  module-level scalars, fastfake's table of proven stock sources and the features
-  the self-test would run -- so a method replaced in this process before
-  ``install()`` gives another key, and the self-test runs;
+  FakeTensorProp, dispatch statistics) and of fastfake's own modules imported so
+  far, their module-level scalars, fastfake's table of proven stock sources and the
+  features the self-test would run -- so a method replaced in this process before
+  ``install()`` gives another key, and the self-test runs (a module not imported
+  yet has only its file, which the files above cover: the self-test's programs,
+  fastfake/core/selftest.py, are imported only when they run);
 * torch's fake-tensor and symbolic-shape settings.
 
 A fault injected for testing (``_C._inject_fault``, ``_fake_prop._fault``) skips
@@ -41,7 +43,7 @@ import os
 import sys
 import time
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -102,6 +104,63 @@ def directory() -> str | None:
     ``FASTFAKE_CACHE_DIR``, ``XDG_CACHE_HOME`` or home directory)."""
     root = _cache_root()
     return None if root is None else os.path.join(root, "selftest")
+
+
+# ---------------------------------------------------------------------------
+# The report
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class Report:
+    """What the install-time self-test found: from its programs
+    (:func:`fastfake.core.selftest.run`), or a result kept for this installation
+    (:meth:`from_stored`, with no program run and the self-test module not imported)."""
+
+    torch_version: str
+    built_for: str
+    passed: dict[str, bool] = field(default_factory=dict)
+    failures: dict[str, str] = field(default_factory=dict)
+    served: dict[str, int] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    #: "run" (the programs ran in this process) or "disk" (a result kept for this
+    #: installation, read below), and what happened to the store.
+    source: str = "run"
+    store: str = "off"
+    #: proofs of this installation that are not self-test programs, kept with the
+    #: result: name -> [proven, why not] (the stock key builder: fastfake/stock/key.py)
+    proofs: dict[str, list] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {
+            "torch_version": self.torch_version,
+            "built_for": self.built_for,
+            "passed": dict(self.passed),
+            "failures": dict(self.failures),
+            "served": dict(self.served),
+            "skipped": list(self.skipped),
+            "seconds": self.seconds,
+            "source": self.source,
+            "store": self.store,
+            "proofs": {k: list(v) for k, v in self.proofs.items()},
+        }
+
+    @classmethod
+    def from_stored(cls, d: dict, seconds: float) -> Report:
+        """A report kept on disk (validated by the store), as read in ``seconds``."""
+        return cls(
+            torch_version=d["torch_version"],
+            built_for=d["built_for"],
+            passed=dict(d["passed"]),
+            failures=dict(d["failures"]),
+            served=dict(d["served"]),
+            skipped=list(d["skipped"]),
+            seconds=seconds,
+            source="disk",
+            store="hit",
+            proofs={k: list(v) for k, v in d.get("proofs", {}).items()},
+        )
 
 
 # ---------------------------------------------------------------------------

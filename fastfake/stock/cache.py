@@ -107,6 +107,25 @@ def not_counted() -> Iterator[None]:
         _C.set_stock_counting(was)
 
 
+@contextlib.contextmanager
+def stock_state_preserved() -> Iterator[None]:
+    """Put stock's class-level dispatch cache and its counters back afterwards."""
+    from torch._subclasses.fake_tensor import FakeTensorMode as M
+
+    cache_keys = set(M.cache)
+    counters = {k: getattr(M, k) for k in ("cache_hits", "cache_misses")}
+    bypasses = dict(M.cache_bypasses)
+    try:
+        yield
+    finally:
+        for k in [k for k in M.cache if k not in cache_keys]:
+            del M.cache[k]
+        for k, v in counters.items():
+            setattr(M, k, v)
+        M.cache_bypasses.clear()
+        M.cache_bypasses.update(bypasses)
+
+
 _exit_flush_registered = False
 
 
