@@ -104,6 +104,11 @@ def test_every_table_digest_of_this_release_is_found():
         (_compat.SYMNODE_MAYBE_AS_INT_SOURCES,
          lambda: _compat.symnode_maybe_as_int_source_digest(SymNode.maybe_as_int)),
         (_compat.SYMNODE_BINARY_SOURCES, _compat.symnode_binary_source_digest),
+        (_compat.PYTREE_SOURCES, _compat.pytree_source_digest),
+        (_compat.PYTREE_FX_SOURCES, _compat.pytree_fx_source_digest),
+        (_compat.STORE_SOURCES, _compat.store_source_digest),
+        (_compat.FUNCNAMES_SOURCES, _compat.funcnames_source_digest),
+        (_compat.CONFIG_ATTR_SOURCES, _compat.config_attr_source_digest),
     ]
     checked = 0
     for table, digest in cases:

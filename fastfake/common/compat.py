@@ -683,7 +683,7 @@ def store_entries_known() -> bool:
 #: (``stock_sources.funcnames_functions``) -> the releases fastfake/store/funcnames.py
 #: was proven on.
 FUNCNAMES_SOURCES: dict[str, str] = {
-    "f5ce12fe91c9ad64": "2.13.0, 2.14.1",  # (Python 3.11)
+    "f5ce12fe91c9ad64": "2.13.0, 2.14.1, 2.15.0",  # (Python 3.11)
 }
 
 
@@ -708,7 +708,9 @@ def funcnames_proven() -> bool:
 #: Digest of torch's configuration-module read (``stock_sources.config_attr_functions``)
 #: -> the releases csrc/tracing/config_attr.cpp was proven on.
 CONFIG_ATTR_SOURCES: dict[str, str] = {
-    "c0318e6c19ead749": "2.13.0, 2.14.1",
+    # (2.15.0: the same ConfigModule code; its modules with implications, torch._inductor.config,
+    # are of a subclass with its own __getattr__, whose reads csrc/tracing/config_attr.cpp leaves to stock)
+    "c0318e6c19ead749": "2.13.0, 2.14.1, 2.15.0",
 }
 
 
