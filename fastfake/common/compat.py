@@ -727,7 +727,7 @@ def config_attr_proven() -> bool:
     ``__getattr__`` and helpers are source-identical to a release that was proven."""
     try:
         return config_attr_source_digest() in CONFIG_ATTR_SOURCES
-    except ImportError:
+    except (ImportError, KeyError):  # (2.9's ConfigModule has no _warn_if_deprecated)
         return False
 
 
