@@ -365,6 +365,11 @@ def test_int_constant_outputs_in_a_shape_env():
     got = both.fast[1].value
     assert [type(x) for x in got[1][4:6]] == [int, int] and got[1][4:6] == (300, 300)
     second = trace.of(2)["sym"]
+    if not _compat.shape_env_counts_replacements():
+        # torch 2.9: no symbolic result cache (no ShapeEnv replacement counter), so
+        # both calls are stock's, counted; the parity above holds there too
+        assert second == {"cache.bypass.symbolic_shape": 2}, second
+        return
     assert second.get("cache.symbolic.hit", 0) >= 1, second
     assert "cache.bypass.stock_uncacheable" not in second, second
 
