@@ -67,6 +67,25 @@ def unknown_source_stays_stock(table: str, feature: str, *, still_on: str) -> No
     assert "feature: False" in r.stdout and "on: False" in r.stdout, r.stdout
 
 
+def switched_off(feature: str, state: str) -> str:
+    """Install in a fresh process with ``FASTFAKE_DISABLE=<feature>``: ``install()``
+    says the feature is switched off; returns what the expression ``state`` (the
+    feature's state after install) printed."""
+    r = in_subprocess(
+        f"""
+        import fastfake
+        from fastfake import _C
+        fastfake.install()
+        print("state:", {state})
+        print("why:", fastfake.core.install.explain()["{feature}"])
+        """,
+        FASTFAKE_DISABLE=feature,
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert f"why: switched off (FASTFAKE_DISABLE={feature})" in r.stdout, r.stdout
+    return r.stdout.split("state: ", 1)[1].split("\n", 1)[0]
+
+
 def switches_restore_stock(owner: type, name: str, stock: object, env_var: str) -> None:
     """``owner.<name>`` is fastfake's after ``install()``, and the identical ``stock``
     object after ``uninstall()``, with ``env_var`` set, and when neither elementwise

@@ -10,7 +10,7 @@ import torch
 import fastfake
 from fastfake import _C
 from fastfake.runtime import frame_stack as _frame_stack
-from faults import fault_turns_off_only, in_subprocess
+from faults import fault_turns_off_only, in_subprocess, switched_off
 
 pytestmark = pytest.mark.skipif(
     not _frame_stack.available(), reason="this interpreter does not unmap frame-stack chunks at every crossing"
@@ -126,19 +126,7 @@ def test_threads_and_traces(installed):
 
 
 def test_switched_off():
-    r = in_subprocess(
-        """
-        import fastfake
-        from fastfake import _C
-        fastfake.install()
-        print("state:", _C.frame_stack_state())
-        print("why:", fastfake.core.install.explain()["frame_stack"])
-        """,
-        FASTFAKE_DISABLE="frame_stack",
-    )
-    assert r.returncode == 0, r.stderr[-2000:]
-    assert "state: (False, 0, 0, 0)" in r.stdout, r.stdout
-    assert "why: switched off (FASTFAKE_DISABLE=frame_stack)" in r.stdout, r.stdout
+    assert switched_off("frame_stack", "_C.frame_stack_state()") == "(False, 0, 0, 0)"
 
 
 def test_fault_not_reused_turns_off_only_frame_stack():
