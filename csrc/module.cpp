@@ -21,6 +21,7 @@
 #include "runtime/frame_stack.h"
 #include "runtime/untrack.h"
 #include "tracing/config_attr.h"
+#include "tracing/functional_dispatch.h"
 
 #include <pybind11/pybind11.h>
 #include <torch/csrc/utils/pybind.h>
@@ -371,6 +372,33 @@ PYBIND11_MODULE(_C, m) {
   m.def("set_config_attr_check", [](py::handle check) { config_attr_set_check(check.ptr()); });
   m.def("config_attr_counts", []() { return config_attr_counts(); });
   m.def("config_attr_set_counts", [](const std::map<std::string, uint64_t>& c) { config_attr_set_counts(c); });
+  m.def(
+      "setup_functional_dispatch",
+      [](py::handle mode_type, py::handle tensor_type, py::handle stock, py::handle facts, py::handle wrap_outputs,
+         py::handle alias_fix, py::handle registry, py::handle dispatch_dict, py::handle set_flag,
+         py::handle functionalize_key, py::handle cia_key, py::tuple types, py::int_ extra_keys_raw) {
+        return functional_dispatch_setup(mode_type.ptr(), tensor_type.ptr(), stock.ptr(), facts.ptr(),
+                                         wrap_outputs.ptr(), alias_fix.ptr(), registry.ptr(), dispatch_dict.ptr(),
+                                         set_flag.ptr(), functionalize_key.ptr(), cia_key.ptr(), types.ptr(),
+                                         extra_keys_raw.ptr());
+      },
+      "Binds what the C FunctionalTensorMode.__torch_dispatch__ uses; returns the text of the extra key set.");
+  m.def(
+      "setup_functional_dispatch_dynamo",
+      [](py::handle get_callback, py::handle eval_frame_dict) {
+        functional_dispatch_setup_dynamo(get_callback.ptr(), eval_frame_dict.ptr());
+      },
+      "Binds Dynamo's frame-callback getter and torch._dynamo.eval_frame's dict.");
+  m.def(
+      "functional_dispatch_function",
+      []() { return steal_or_throw(functional_dispatch_function()); },
+      "What FunctionalTensorMode.__torch_dispatch__ becomes (csrc/tracing/functional_dispatch.cpp).");
+  m.def("functional_dispatch_enable", [](bool on) { functional_dispatch_enable(on); });
+  m.def("set_functional_dispatch_check", [](py::handle check) { functional_dispatch_set_check(check.ptr()); });
+  m.def("functional_dispatch_clear", []() { functional_dispatch_clear(); });
+  m.def("functional_dispatch_counts", []() { return functional_dispatch_counts(); });
+  m.def("functional_dispatch_set_counts",
+        [](const std::map<std::string, uint64_t>& c) { functional_dispatch_set_counts(c); });
   m.def("set_symnode_int_check", [](py::handle check) { symnode_int_set_check(check.ptr()); });
   m.def("symnode_int_counts", []() { return symnode_int_counts(); });
   m.def("symnode_int_set_counts", [](const std::map<std::string, uint64_t>& c) {
@@ -696,11 +724,14 @@ PYBIND11_MODULE(_C, m) {
           pytree_inject_fault(n);
         } else if (kind == "config_attr") {
           config_attr_inject_fault(n);
+        } else if (kind == "functional_dispatch") {
+          functional_dispatch_inject_fault(n);
         } else {
           throw py::value_error(
               "_inject_fault: kind is 'dtype', 'device', 'convert', 'portable', 'portable_admit', "
               "'portable_commit', 'rerun', "
-              "'symnode', 'symnode_expr', 'symnode_int', 'item_memo', 'pytree' or 'config_attr'");
+              "'symnode', 'symnode_expr', 'symnode_int', 'item_memo', 'pytree', 'config_attr' or "
+              "'functional_dispatch'");
         }
       },
       py::arg("n"),

@@ -566,6 +566,41 @@ def config_attr_counts() -> dict[str, int]:
 def config_attr_set_counts(counts: dict[str, int]) -> None:
     """Put saved counts back (missing names are zero)."""
 
+def setup_functional_dispatch(mode_type: type, tensor_type: type, stock: Any, facts: Any, wrap_outputs: Any,
+                              alias_fix: Any, registry: Any, dispatch_dict: dict, set_flag: Any,
+                              functionalize_key: Any, cia_key: Any, types: tuple, extra_keys_raw: int) -> str:
+    """Bind what the C ``FunctionalTensorMode.__torch_dispatch__`` uses (the mode and
+    tensor classes, stock's method, the facts and output-wrapping helpers, stock's
+    ``return_and_correct_aliasing``, the simple registry, ``torch.utils._python_dispatch``'s
+    dict and its compile-internals flag setter, two dispatch keys, ``((Tensor,
+    FakeTensor, FunctionalTensor), (SymInt, SymFloat, SymBool), OpOverload)``, the
+    raw representation of ``FunctionalTensor._extra_dispatch_keys``); returns the C++ text of that
+    key set (csrc/tracing/functional_dispatch.cpp, fastfake/tracing/functional_dispatch.py)."""
+
+def setup_functional_dispatch_dynamo(get_callback: Any, eval_frame_dict: dict) -> None:
+    """Bind ``torch._C._dynamo.eval_frame.get_eval_frame_callback`` and
+    ``torch._dynamo.eval_frame``'s dict: a call is served only where stock's
+    ``torch._disable_dynamo`` wrapper would change nothing (no callback, the default stance)."""
+
+def functional_dispatch_function() -> Any:
+    """What ``FunctionalTensorMode.__torch_dispatch__`` becomes: a method descriptor
+    serving the plain path and calling stock's method for everything else."""
+
+def functional_dispatch_enable(on: bool) -> None:
+    """Serve plain calls (True) or hand every call to stock's method (False)."""
+
+def set_functional_dispatch_check(check: Any) -> None:
+    """crosscheck: ``check(mode, func, args, kwargs)`` before every served call (None: off)."""
+
+def functional_dispatch_clear() -> None:
+    """Forget every op's facts (read again at the op's next call)."""
+
+def functional_dispatch_counts() -> dict[str, int]:
+    """``served`` and ``stock.<reason>``."""
+
+def functional_dispatch_set_counts(counts: dict[str, int]) -> None:
+    """Put saved counts back (missing names are zero)."""
+
 def setup_detach(stock: Any) -> None:
     """Bind stock's ``fast_detach`` (called for every case :func:`fast_detach` does
     not serve)."""
@@ -664,7 +699,9 @@ def _inject_fault(n: int, kind: str = "dtype") -> None:
     ``.item()`` repeats read the raw ``_item_memo`` attribute, skipping the memo
     descriptor's staleness check; ``kind="pytree"``: the next ``n`` served pytree maps
     rebuild tuples as lists (and lists of leaves come reversed); ``kind="config_attr"``:
-    the next ``n`` served configuration reads of a bool answer its negation."""
+    the next ``n`` served configuration reads of a bool answer its negation;
+    ``kind="functional_dispatch"``: the next ``n`` calls the C functional mode serves
+    return the inner (unwrapped) outputs."""
 
 def _faults_requested() -> int:
     """Testing only: how many non-zero faults :func:`_inject_fault` was asked for in

@@ -731,6 +731,32 @@ def config_attr_proven() -> bool:
         return False
 
 
+#: Digest of the functional mode's dispatch and what it calls
+#: (``stock_sources.functional_dispatch_functions``) -> the releases
+#: csrc/tracing/functional_dispatch.cpp was proven on.
+FUNCTIONAL_DISPATCH_SOURCES: dict[str, str] = {
+    "c098bd2c74ead317": "2.13.0",
+}
+
+
+@functools.cache
+def functional_dispatch_source_digest() -> str | None:
+    from fastfake.common.stock_sources import functional_dispatch_functions
+
+    return _source_digest(lambda source: "\n--\n".join(source(fn) for fn in functional_dispatch_functions()),
+                          FUNCTIONAL_DISPATCH_SOURCES)
+
+
+def functional_dispatch_proven() -> bool:
+    """The functional mode dispatches as csrc/tracing/functional_dispatch.cpp does: its
+    ``__torch_dispatch__`` and everything it calls are source-identical to a release
+    that was proven."""
+    try:
+        return functional_dispatch_source_digest() in FUNCTIONAL_DISPATCH_SOURCES
+    except (ImportError, KeyError, AttributeError):
+        return False
+
+
 def privateuse1_device() -> str:
     """The name an out-of-tree backend gave the PrivateUse1 device (TorchTPU:
     ``tpu``), "" while it has none (or this torch cannot say)."""

@@ -112,3 +112,42 @@ def config_attr_functions() -> list[object]:
 
     d = vars(ConfigModule)
     return [d["__getattr__"], d["_warn_if_deprecated"], d["_get_alias_val"], d["_get_alias_module_and_name"]]
+
+
+def functional_dispatch_functions() -> list[object]:
+    """The stock code csrc/tracing/functional_dispatch.cpp stands for: the functional
+    mode's ``__torch_dispatch__`` (stock's own, also while fastfake's is in place) and
+    everything it calls on the plain path or that the C method's proof of a no-op
+    reads (the mode's enter / exit, ``decompose``, the effect registry, the sync of a
+    FunctionalTensor, the replay-node context)."""
+    import torch
+    import torch._compile
+    from torch._dynamo import eval_frame
+    from torch._higher_order_ops import auto_functionalize, effects
+    from torch._library import effects as library_effects
+    from torch._library import simple_registry
+    from torch._library import utils as library_utils
+    from torch._subclasses import functional_tensor as ft
+    from torch.fx import traceback as fx_traceback
+    from torch.utils import _python_dispatch as pd
+
+    mode = ft.FunctionalTensorMode
+    dispatch = ORIGINALS.get((mode, "__torch_dispatch__")) or vars(mode)["__torch_dispatch__"]
+    d = vars(mode)
+    tdm = vars(pd.TorchDispatchMode)
+    return [
+        dispatch, d["__init__"], d["__enter__"], d["__exit__"], d["_sync_view_replay_annotations"],
+        d["_can_decompose"], ft._can_decompose_fast.__wrapped__, ft._has_unrecognized_tensor_types,
+        ft._assert_functionalize_not_active, vars(ft.FunctionalTensor)["__new__"],
+        tdm["__init__"], tdm["__enter__"], tdm["__exit__"], tdm["_lazy_init_old_dispatch_mode_flags"],
+        pd._push_mode, pd._pop_mode, pd.autograd_would_have_decomposed, pd.return_and_correct_aliasing,
+        pd._correct_storage_aliasing, pd.get_alias_info.__wrapped__,
+        vars(torch._ops.OpOverload)["decompose"], effects.has_effects, effects.has_aliasing, effects._get_effect,
+        effects._get_op_qualname, vars(simple_registry.SimpleLibraryRegistry)["find"],
+        vars(library_effects.EffectHolder)["effect"].fget, auto_functionalize.can_auto_functionalize,
+        library_utils.is_builtin, torch._utils._functionalize_sync,
+        fx_traceback.set_current_replay_node.__wrapped__,
+        # the torch._disable_dynamo wrapper around stock's method
+        vars(pd.TorchDispatchMode)["__init_subclass__"], torch._compile._disable_dynamo,
+        vars(eval_frame.DisableContext)["__call__"], eval_frame._callback_from_stance,
+    ]

@@ -240,6 +240,16 @@ ACCELERATIONS: tuple[Acceleration, ...] = (
         counts="ext:config_attr_counts,config_attr_set_counts",
         module="csrc/tracing/config_attr.cpp, fastfake/tracing/config_attr.py"),
     Acceleration(
+        "functional_dispatch", "the functional mode's dispatch",
+        "`FunctionalTensorMode.__torch_dispatch__` (AOTAutograd's functionalization of every op) for plain calls: an aten op that does not decompose, auto-functionalize or have effects, on FunctionalTensors that need no sync",
+        "stock's method and everything it calls source-identical to a proven release; an op's fixed facts read with stock's own predicates, everything that can change read per call; outputs wrapped by stock's class, aliasing fixed by stock's function; self-test",
+        ("functional_dispatch.served",), "functional_dispatch.", "either",
+        available="fastfake.tracing.functional_dispatch:available",
+        apply="fastfake.tracing.functional_dispatch:apply",
+        crosscheck="stock's own predicates (decompose, auto-functionalize, effects, metadata query) asked about every served call",
+        counts="ext:functional_dispatch_counts,functional_dispatch_set_counts",
+        module="csrc/tracing/functional_dispatch.cpp, fastfake/tracing/functional_dispatch.py"),
+    Acceleration(
         "real_inputs", "real inputs",
         "converting real tensor arguments under `allow_non_fake_inputs`",
         "the mode's own converter, as stock converts them",

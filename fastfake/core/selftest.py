@@ -823,6 +823,98 @@ def _pytree_program(mode, dev: str) -> list:
     return out
 
 
+def _graph_description(gm) -> list:
+    """Every node of an FX graph as comparable values: op, name, target, arguments,
+    its meta keys and the fields of its ``val`` / ``tensor_meta``."""
+    def val(v):
+        if isinstance(v, torch.Tensor):
+            return ("tensor", type(v).__name__, tuple(map(str, v.shape)), tuple(map(str, v.stride())),
+                    str(v.storage_offset()), v.dtype, str(v.device), v.requires_grad)
+        if isinstance(v, (list, tuple)):
+            return [val(a) for a in v]
+        return repr(v)
+
+    out = []
+    for n in gm.graph.nodes:
+        meta = {k: (val(v) if k in ("val", "tensor_meta") else v if k == "seq_nr" else
+                    bool(v) if k == "stack_trace" else repr(v))
+                for k, v in n.meta.items()}
+        out.append((n.op, n.name, str(n.target), repr(n.args), repr(n.kwargs), sorted(meta.items())))
+    return out
+
+
+def _relative_seq_nr(graphs: list) -> list:
+    """The graphs' node descriptions with autograd sequence numbers counted from the
+    first one they hold (the counter is the process's)."""
+    nrs = [v for g in graphs for node in g for k, v in node[5] if k == "seq_nr" and isinstance(v, int)]
+    base = min(nrs, default=0)
+    return [[(*node[:5], [(k, v - base if k == "seq_nr" and isinstance(v, int) else v) for k, v in node[5]])
+             for node in g] for g in graphs]
+
+
+def _functional_dispatch_program(mode, dev: str) -> list:
+    """Whole AOTAutograd traces through the functional mode (forward and backward
+    graphs: code and every node's meta), static and with symbolic sizes (no copy
+    into a view of an input that requires grad: stock's own cache hit of that
+    ``aten.copy`` answers another storage offset than its miss, so such a graph
+    depends on what the process traced before): views and
+    their copies, in-place ops on a view and on a clone then read through the base
+    (the view replay stock syncs), multi-output and list-output ops, keyword and
+    scalar arguments, a mutation of an input, an op with a CompositeImplicitAutograd
+    decomposition, integer ops without grad; then calls made in the mode directly
+    (the wrapper's fields, which are the inner tensor's)."""
+    from functorch.compile import aot_function, make_boxed_func
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode
+
+    def fn(x, y, idx, buf):
+        a = x.view(-1, 4).t()
+        b = a.contiguous() * 2
+        c = torch.split(b, 2)
+        d = y.unsqueeze(0).repeat(3, 1)
+        d[1:].mul_(y.sum())  # (a view mutated, then the base read)
+        v = d[:2]
+        d.add_(1)
+        v = v * 3  # (the base mutated, then its view read: stock syncs it, annotated)
+        e = d.sum(dim=0, keepdim=True) + torch.cat([c[0], c[1]], dim=1).mean() + x
+        m, i = torch.max(x, 1)
+        z = torch.nn.functional.layer_norm(x, (4,), eps=1e-5).relu()
+        w = torch.zeros(3, device=x.device).index_put_((idx,), torch.ones(2, device=x.device))
+        buf.add_(1)  # an input mutated
+        q = torch.nn.functional.dropout(z, p=0.0, training=False)
+        return e + 1, m, i, q, d.unsqueeze(0).expand(2, 3, 4), w, torch.where(x > 0, x, 0.5), idx * 2, x.clone().mul_(2), v
+
+    codes: list = []
+
+    def boxed(gm, example_inputs):
+        codes.append((gm.code, _graph_description(gm)))
+        return make_boxed_func(gm)
+
+    out = []
+    with unset_fake_temporarily():
+        for dynamic in (False, True):
+            codes.clear()
+            x = torch.randn(3, 4, requires_grad=True, device=dev)
+            y = torch.randn(4, device=dev)
+            idx = torch.tensor([0, 2], device=dev)
+            buf = torch.zeros(5, device=dev)
+            res = aot_function(fn, fw_compiler=boxed, bw_compiler=boxed, dynamic=dynamic)(x, y, idx, buf)
+            (res[0].sum() + res[3].sum() + res[6].sum() + res[8].sum()).backward()
+            graphs = _relative_seq_nr([g for _, g in codes])
+            out.append((f"AOTAutograd trace (dynamic={dynamic})", (),
+                        repr(([c for c, _ in codes], graphs, [tuple(r.shape) for r in res]))))
+    x = _symbolic_input(mode, dev, 6, 8)
+    with FunctionalTensorMode():
+        xf = FunctionalTensor.to_functional(x)
+        for _ in range(2):
+            out.append(("add", (xf,), xf + xf))
+            out.append(("transpose", (xf,), xf.t()))
+            out.append(("split", (xf,), list(torch.split(xf, 3))))
+            out.append(("max", (xf,), tuple(torch.max(xf, 1))))
+            out.append(("mm", (xf,), torch.mm(xf, xf.t())))
+    return out
+
+
 # (feature, program, needs a ShapeEnv, devices it runs on)
 def _groups() -> list[tuple[str, Program, bool, tuple[str, ...]]]:
     accel = ["cuda"]
@@ -851,6 +943,7 @@ def _groups() -> list[tuple[str, Program, bool, tuple[str, ...]]]:
         ("frame_stack", _frame_stack_program, False, ("cpu",)),
         ("funcnames", _funcnames_program, False, ("cpu",)),
         ("config_attr", _config_attr_program, False, ("cpu",)),
+        ("functional_dispatch", _functional_dispatch_program, True, ("cpu",)),
         # (records learned in the other ShapeEnv are stored, and untracked, by the
         # tables; the results are stock's whether or not: it must serve)
         ("untrack", _portable_program, True, ("cpu",)),

@@ -1,0 +1,786 @@
+// FunctionalTensorMode.__torch_dispatch__ in C for the plain path.
+//
+// AOTAutograd traces every op of a compile through the functional mode
+// (torch/_subclasses/functional_tensor.py): stock's Python method asks whether
+// the op decomposes (a pytree flatten, a dispatcher query per call, and for view
+// and mutable ops the mode entered and left around a `decompose` that answers
+// NotImplemented), whether it auto-functionalizes or has effects, unwraps the
+// FunctionalTensor arguments with a pytree map, syncs view-replay annotations
+// (a tracker lookup per argument), swaps the dispatch-key TLS, calls the op at the
+// Functionalize key, wraps the outputs with another pytree map and corrects
+// aliasing. This does the same for a call whose answers are plain:
+//   - the mode is exactly FunctionalTensorMode, not exporting, not pre-dispatch;
+//     every type is Tensor, FakeTensor or FunctionalTensor; the op an exact aten
+//     OpOverload that is no metadata query, has no inplace_view tag, is not
+//     lift_fresh and does not auto-functionalize (its facts, read once per op by
+//     fastfake/tracing/functional_dispatch.py with stock's own predicates);
+//   - it does not decompose: for an op stock's _can_decompose_fast leaves to
+//     autograd_would_have_decomposed, the device of the first tensor argument (a
+//     FunctionalTensor) has a backend kernel; for a view or mutable op, no
+//     CompositeImplicitAutograd kernel in py_kernels or the dispatcher (stock's
+//     decompose answers NotImplemented), and the mode enter / exit stock makes
+//     around it is provably a no-op but for the compile-internals flag, which is
+//     set as its exit sets it;
+//   - no effect registered for the op (the simple registry's entry, read per
+//     call), arguments of plain leaves in tuples and lists one level deep;
+//   - under proxy tracing, every FunctionalTensor argument is up to date (stock's
+//     annotated sync does nothing then) and its tracker entry is found or the
+//     tensor does not require grad (stock raises otherwise).
+// Then it unwraps, forces the same TLS key sets, sets reapply-views, calls
+// `func._op_dk(Functionalize, ...)`, wraps the outputs with the FunctionalTensor
+// class as stock does, restores the TLS as stock's finally does and, for an op
+// with alias annotations, calls stock's return_and_correct_aliasing. Anything
+// else is stock's method, counted by reason.
+#include "tracing/functional_dispatch.h"
+
+#include "common/counts.h"
+#include "common/fastfake.h"
+#include "common/refs.h"
+
+#include <ATen/FunctionalTensorWrapper.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/core/TensorOptions.h>
+#include <c10/core/impl/LocalDispatchKeySet.h>
+#include <c10/core/impl/TorchDispatchModeTLS.h>
+#include <torch/csrc/Device.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/Layout.h>
+#include <torch/csrc/MemoryFormat.h>
+#include <torch/csrc/PyInterpreter.h>
+#include <torch/csrc/autograd/python_variable.h>
+
+#include <optional>
+#include <sstream>
+#include <unordered_map>
+
+namespace fastfake {
+
+namespace {
+
+struct State {
+  PyObject* mode_type = nullptr;
+  PyObject* tensor_type = nullptr; // FunctionalTensor
+  PyObject* stock = nullptr;
+  PyObject* facts = nullptr;
+  PyObject* wrap_outputs = nullptr;
+  PyObject* alias_fix = nullptr;
+  PyObject* registry = nullptr; // torch._library.simple_registry.singleton
+  PyObject* dispatch_dict = nullptr; // torch.utils._python_dispatch.__dict__
+  PyObject* set_flag = nullptr;
+  PyObject* functionalize_key = nullptr;
+  PyObject* cia_key = nullptr;
+  PyObject* allowed_types = nullptr; // (Tensor, FakeTensor, FunctionalTensor)
+  PyObject* sym_types = nullptr; // (SymInt, SymFloat, SymBool)
+  PyObject* op_type = nullptr; // OpOverload
+  PyObject* metadata_fns = nullptr; // FunctionalTensor.metadata_fns when the facts were read
+  PyObject* check = nullptr;
+  PyObject* get_callback = nullptr; // torch._C._dynamo.eval_frame.get_eval_frame_callback
+  PyObject* eval_frame_dict = nullptr; // torch._dynamo.eval_frame.__dict__
+  c10::DispatchKeySet extra_keys;
+  bool on = false;
+  int fault = 0;
+};
+State g;
+
+PyObject* s_export = nullptr;
+PyObject* s_pre_dispatch = nullptr;
+PyObject* s_dispatch_key = nullptr;
+PyObject* s_enter_stack = nullptr;
+PyObject* s_flags1 = nullptr;
+PyObject* s_flags2 = nullptr;
+PyObject* s_flags3 = nullptr;
+PyObject* s_flag_global = nullptr;
+PyObject* s_set_flag = nullptr; // its setter's name there
+PyObject* s_elem = nullptr;
+PyObject* s_op_dk = nullptr;
+PyObject* s_py_kernels = nullptr;
+PyObject* s_data = nullptr;
+PyObject* s_effect = nullptr;
+PyObject* s_effect_field = nullptr;
+PyObject* s_tracer = nullptr;
+PyObject* s_tensor_tracker = nullptr;
+PyObject* s_proxy = nullptr;
+PyObject* s_node = nullptr;
+PyObject* s_metadata_fns = nullptr;
+PyObject* s_stance = nullptr;
+PyObject* s_stance_field = nullptr;
+PyObject* s_default = nullptr;
+
+enum Count : size_t {
+  Served,
+  StockMode,
+  StockTypes,
+  StockOp,
+  StockDecompose,
+  StockEffects,
+  StockArguments,
+  StockSync,
+  StockState,
+  StockOutputs,
+  NumCounts
+};
+const char* const kCountNames[NumCounts] = {
+    "served",          "stock.mode",      "stock.types", "stock.op",    "stock.decompose",
+    "stock.effects",   "stock.arguments", "stock.sync",  "stock.state", "stock.outputs"};
+uint64_t g_counts[NumCounts] = {};
+
+struct Facts {
+  bool plain = false;
+  bool decompose_check = false; // stock calls func.decompose (view / mutable ops)
+  bool has_aliasing = false; // has_effects is False without a registry lookup
+  bool alias_fix = false; // stock's return_and_correct_aliasing does something
+  PyObject* qualname = nullptr; // strong
+  std::optional<c10::OperatorHandle> handle;
+};
+// func (a strong reference, aten OpOverloads only) -> its facts
+std::unordered_map<PyObject*, Facts> g_facts;
+constexpr size_t kMaxFacts = 8192;
+
+void clear_facts() {
+  for (auto& kv : g_facts) {
+    Py_XDECREF(kv.second.qualname);
+    Py_DECREF(kv.first);
+  }
+  g_facts.clear();
+}
+
+// The op's facts, read through the Python helper on its first call. nullptr
+// only with a Python error set that is not the helper's (a helper's error means
+// "stock", as stock would meet it itself).
+const Facts* facts_of(PyObject* func) {
+  PyObject* fns = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(g.tensor_type), s_metadata_fns);
+  if (fns != g.metadata_fns) { // (a replaced metadata_fns: every op read again)
+    clear_facts();
+    hold_ref(g.metadata_fns, fns);
+  }
+  auto it = g_facts.find(func);
+  if (it != g_facts.end()) return &it->second;
+  if (g_facts.size() >= kMaxFacts) clear_facts();
+  Facts f;
+  PyObject* r = PyObject_CallOneArg(g.facts, func);
+  if (r == nullptr) {
+    PyErr_Clear();
+  } else if (PyTuple_CheckExact(r) && PyTuple_GET_SIZE(r) == 6) {
+    PyObject* name = PyTuple_GET_ITEM(r, 4);
+    PyObject* overload = PyTuple_GET_ITEM(r, 5);
+    const char* n = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : nullptr;
+    const char* o = n && PyUnicode_Check(overload) ? PyUnicode_AsUTF8(overload) : nullptr;
+    if (o != nullptr) {
+      try {
+        f.handle = c10::Dispatcher::singleton().findOp(c10::OperatorName(n, o));
+      } catch (const std::exception&) {
+        f.handle.reset();
+      }
+    }
+    if (PyErr_Occurred()) PyErr_Clear();
+    if (f.handle.has_value()) {
+      f.plain = true;
+      f.decompose_check = PyTuple_GET_ITEM(r, 0) == Py_True;
+      f.has_aliasing = PyTuple_GET_ITEM(r, 1) == Py_True;
+      f.alias_fix = PyTuple_GET_ITEM(r, 2) == Py_True;
+      f.qualname = PyTuple_GET_ITEM(r, 3);
+      Py_INCREF(f.qualname);
+    }
+  }
+  Py_XDECREF(r);
+  Py_INCREF(func);
+  return &g_facts.emplace(func, std::move(f)).first->second;
+}
+
+bool is_sym(PyObject* x) {
+  PyObject* t = reinterpret_cast<PyObject*>(Py_TYPE(x));
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(g.sym_types); ++i) {
+    if (PyTuple_GET_ITEM(g.sym_types, i) == t) return true;
+  }
+  return false;
+}
+
+// A pytree leaf that is no container (what stock's maps pass through).
+bool plain_leaf(PyObject* x) {
+  return x == Py_None || PyBool_Check(x) || PyLong_CheckExact(x) || PyFloat_CheckExact(x) ||
+      PyComplex_CheckExact(x) || PyUnicode_CheckExact(x) || is_sym(x) || THPDtype_Check(x) ||
+      THPDevice_Check(x) || THPLayout_Check(x) || THPMemoryFormat_Check(x);
+}
+
+bool is_functional(PyObject* x) {
+  return reinterpret_cast<PyObject*>(Py_TYPE(x)) == g.tensor_type;
+}
+
+// The argument with every FunctionalTensor replaced by its `elem` (new
+// reference), the FunctionalTensors it holds appended to `leaves`, the first
+// tensor in pytree order to *first; nullptr without an error where the value is
+// not one the fast path takes.
+PyObject* unwrap(PyObject* x, int depth, c10::SmallVector<PyObject*, 8>& leaves, PyObject** first) {
+  if (THPVariable_Check(x)) {
+    if (*first == nullptr) *first = x;
+    if (is_functional(x)) {
+      PyObject* e = instance_attr(x, s_elem);
+      if (e == nullptr || !THPVariable_Check(e)) return nullptr;
+      leaves.push_back(x);
+      Py_INCREF(e);
+      return e;
+    }
+    if (PyObject_TypeCheck(x, reinterpret_cast<PyTypeObject*>(g.tensor_type))) return nullptr;
+    Py_INCREF(x);
+    return x;
+  }
+  if (plain_leaf(x)) {
+    Py_INCREF(x);
+    return x;
+  }
+  const bool tuple = PyTuple_CheckExact(x);
+  // (the arguments tuple is depth 0; a list or tuple in it, depth 1, holds leaves only)
+  if (depth > 1 || (!tuple && !PyList_CheckExact(x))) return nullptr;
+  const Py_ssize_t n = tuple ? PyTuple_GET_SIZE(x) : PyList_GET_SIZE(x);
+  PyObject* out = tuple ? PyTuple_New(n) : PyList_New(n);
+  if (out == nullptr) return nullptr;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* v = unwrap(tuple ? PyTuple_GET_ITEM(x, i) : PyList_GET_ITEM(x, i), depth + 1, leaves, first);
+    if (v == nullptr) {
+      Py_DECREF(out);
+      return nullptr;
+    }
+    if (tuple) {
+      PyTuple_SET_ITEM(out, i, v);
+    } else {
+      PyList_SET_ITEM(out, i, v);
+    }
+  }
+  return out;
+}
+
+// Outputs the fast wrap takes: tensors and plain leaves in tuples / lists (the
+// structures an op returns); anything else goes to stock's pytree map.
+bool plain_outputs(PyObject* x, int depth) {
+  if (THPVariable_Check(x) || plain_leaf(x)) return true;
+  const bool tuple = PyTuple_CheckExact(x);
+  if (depth > 2 || (!tuple && !PyList_CheckExact(x))) return false;
+  const Py_ssize_t n = tuple ? PyTuple_GET_SIZE(x) : PyList_GET_SIZE(x);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    if (!plain_outputs(tuple ? PyTuple_GET_ITEM(x, i) : PyList_GET_ITEM(x, i), depth + 1)) return false;
+  }
+  return true;
+}
+
+// stock's wrap() over the outputs (pytree.tree_map_only(torch.Tensor, wrap, outs)).
+PyObject* wrap(PyObject* mode, PyObject* x, bool* any_functional) {
+  if (THPVariable_Check(x)) {
+    if (PyObject_TypeCheck(x, reinterpret_cast<PyTypeObject*>(g.tensor_type))) {
+      PyErr_SetString(PyExc_AssertionError, "x must not be a FunctionalTensor in wrap()");
+      return nullptr;
+    }
+    if (at::functionalization::impl::isFunctionalTensor(THPVariable_Unpack(x))) {
+      PyObject* r = PyObject_CallFunctionObjArgs(g.tensor_type, x, mode, nullptr);
+      if (r != nullptr && PyObject_TypeCheck(r, reinterpret_cast<PyTypeObject*>(g.tensor_type))) {
+        *any_functional = true;
+      }
+      return r;
+    }
+    Py_INCREF(x);
+    return x;
+  }
+  const bool tuple = PyTuple_CheckExact(x);
+  if (!tuple && !PyList_CheckExact(x)) {
+    Py_INCREF(x);
+    return x;
+  }
+  const Py_ssize_t n = tuple ? PyTuple_GET_SIZE(x) : PyList_GET_SIZE(x);
+  PyObject* out = tuple ? PyTuple_New(n) : PyList_New(n);
+  if (out == nullptr) return nullptr;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* v = wrap(mode, tuple ? PyTuple_GET_ITEM(x, i) : PyList_GET_ITEM(x, i), any_functional);
+    if (v == nullptr) {
+      Py_DECREF(out);
+      return nullptr;
+    }
+    if (tuple) {
+      PyTuple_SET_ITEM(out, i, v);
+    } else {
+      PyList_SET_ITEM(out, i, v);
+    }
+  }
+  return out;
+}
+
+bool any_functional_in(PyObject* x) {
+  if (PyObject_TypeCheck(x, reinterpret_cast<PyTypeObject*>(g.tensor_type))) return true;
+  const bool tuple = PyTuple_CheckExact(x);
+  if (!tuple && !PyList_CheckExact(x)) return false;
+  const Py_ssize_t n = tuple ? PyTuple_GET_SIZE(x) : PyList_GET_SIZE(x);
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    if (any_functional_in(tuple ? PyTuple_GET_ITEM(x, i) : PyList_GET_ITEM(x, i))) return true;
+  }
+  return false;
+}
+
+// The backend key stock's autograd_would_have_decomposed asks about for a device
+// type (_parse_dispatch_key(_dispatch_key_for_device(type))); nullopt where that
+// does not parse back.
+std::optional<c10::DispatchKey> backend_key(c10::DeviceType type) {
+  static std::optional<c10::DispatchKey> known[static_cast<size_t>(c10::DeviceType::COMPILE_TIME_MAX_DEVICE_TYPES)];
+  static bool read[static_cast<size_t>(c10::DeviceType::COMPILE_TIME_MAX_DEVICE_TYPES)] = {};
+  const auto i = static_cast<size_t>(type);
+  if (i >= static_cast<size_t>(c10::DeviceType::COMPILE_TIME_MAX_DEVICE_TYPES)) return std::nullopt;
+  if (!read[i]) {
+    try {
+      const auto k = c10::computeDispatchKey(std::nullopt, std::nullopt, c10::Device(type));
+      known[i] = c10::parseDispatchKey(c10::toString(k));
+    } catch (const std::exception&) {
+      known[i].reset();
+    }
+    read[i] = true;
+  }
+  return known[i];
+}
+
+bool functionalize_active() {
+  return !c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::Functionalize) &&
+      c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::Functionalize);
+}
+
+// Stock's annotated sync of the FunctionalTensor arguments is a no-op for these
+// (see the file comment): 1 yes, 0 no (stock's), -1 an error that is not stock's.
+int sync_is_noop(const c10::SmallVector<PyObject*, 8>& leaves) {
+  auto proxy = c10::impl::TorchDispatchModeTLS::get_mode(c10::impl::TorchDispatchModeKey::PROXY);
+  PyObject* tracker = nullptr;
+  if (proxy.has_value()) {
+    PyObject* m = proxy.value()->ptr(getPyInterpreter());
+    PyObject* tracer = PyObject_GetAttr(m, s_tracer);
+    if (tracer == nullptr) {
+      PyErr_Clear();
+      return 0;
+    }
+    tracker = PyObject_GetAttr(tracer, s_tensor_tracker);
+    Py_DECREF(tracer);
+    if (tracker == nullptr) {
+      PyErr_Clear();
+      return 0;
+    }
+  }
+  int ok = 1;
+  for (PyObject* a : leaves) {
+    const at::Tensor& elem = THPVariable_Unpack(instance_attr(a, s_elem));
+    if (!at::functionalization::impl::isFunctionalTensor(elem)) {
+      ok = 0;
+      break;
+    }
+    if (!at::functionalization::impl::unsafeGetFunctionalWrapper(elem)->is_up_to_date()) {
+      ok = 0;
+      break;
+    }
+    if (tracker == nullptr) continue;
+    at::Tensor unwrapped = at::functionalization::impl::from_functional_tensor(elem);
+    PyObject* u = THPVariable_Wrap(unwrapped);
+    if (u == nullptr) {
+      ok = -1;
+      break;
+    }
+    PyObject* entry = PyObject_GetItem(tracker, u);
+    Py_DECREF(u);
+    if (entry == nullptr) {
+      const bool key_error = PyErr_ExceptionMatches(PyExc_KeyError);
+      PyErr_Clear();
+      if (!key_error || unwrapped.requires_grad()) {
+        ok = 0;
+        break;
+      }
+      continue;
+    }
+    PyObject* p = PyObject_GetAttr(entry, s_proxy);
+    Py_DECREF(entry);
+    PyObject* node = p ? PyObject_GetAttr(p, s_node) : nullptr;
+    Py_XDECREF(p);
+    if (node == nullptr) {
+      PyErr_Clear();
+      ok = 0;
+      break;
+    }
+    Py_DECREF(node);
+  }
+  Py_XDECREF(tracker);
+  return ok;
+}
+
+// The stock mode enter / exit around a decompose that answers NotImplemented
+// changes nothing here but the compile-internals flag (1), or stock's (0).
+int enter_exit_is_noop(PyObject* mode) {
+  PyObject* key = instance_attr(mode, s_dispatch_key);
+  if (key != Py_None) return 0;
+  PyObject* stack = instance_attr(mode, s_enter_stack);
+  if (stack == nullptr || !PyList_CheckExact(stack)) return 0;
+  for (PyObject* name : {s_flags1, s_flags2, s_flags3}) {
+    if (instance_attr(mode, name) == nullptr) return 0;
+  }
+  if (c10::impl::TorchDispatchModeTLS::get_mode(c10::impl::TorchDispatchModeKey::FUNCTIONAL).has_value()) return 0;
+  // another mode set: pushing and popping this one leaves the Python keys alone
+  if (!c10::impl::TorchDispatchModeTLS::any_modes_set()) return 0;
+  PyObject* flag = PyDict_GetItemWithError(g.dispatch_dict, s_flag_global);
+  PyObject* setter = flag ? PyDict_GetItemWithError(g.dispatch_dict, s_set_flag) : nullptr;
+  if (setter != g.set_flag || setter == nullptr) {
+    PyErr_Clear();
+    return 0;
+  }
+  return 1;
+}
+
+// Stock's method is wrapped by torch._disable_dynamo: Dynamo's frame callback is
+// None while it runs (under the default stance) and put back after. Where the
+// callback is None already and the stance is the default, that wrapper changes
+// nothing; elsewhere the call is stock's.
+bool dynamo_off() {
+  if (g.get_callback == nullptr || g.eval_frame_dict == nullptr) return false;
+  PyObject* cb = PyObject_CallNoArgs(g.get_callback);
+  if (cb == nullptr) {
+    PyErr_Clear();
+    return false;
+  }
+  const bool none = cb == Py_None;
+  Py_DECREF(cb);
+  if (!none) return false;
+  PyObject* stance = PyDict_GetItemWithError(g.eval_frame_dict, s_stance);
+  PyObject* name = stance ? instance_attr(stance, s_stance_field) : nullptr;
+  if (name == nullptr || !PyUnicode_Check(name)) {
+    PyErr_Clear();
+    return false;
+  }
+  return PyUnicode_Compare(name, s_default) == 0;
+}
+
+enum class Outcome { Served, Error, Stock };
+
+Outcome serve(PyObject* mode, PyObject* func, PyObject* types, PyObject* args, PyObject* kwargs, PyObject** result) {
+  if (reinterpret_cast<PyObject*>(Py_TYPE(mode)) != g.mode_type || instance_attr(mode, s_export) != Py_False ||
+      instance_attr(mode, s_pre_dispatch) != Py_False || !dynamo_off()) {
+    g_counts[StockMode]++;
+    return Outcome::Stock;
+  }
+  if (!PyTuple_CheckExact(types) && !PyList_CheckExact(types)) {
+    g_counts[StockTypes]++;
+    return Outcome::Stock;
+  }
+  {
+    const bool tup = PyTuple_CheckExact(types);
+    const Py_ssize_t n = tup ? PyTuple_GET_SIZE(types) : PyList_GET_SIZE(types);
+    for (Py_ssize_t i = 0; i < n; ++i) {
+      PyObject* t = tup ? PyTuple_GET_ITEM(types, i) : PyList_GET_ITEM(types, i);
+      bool known = false;
+      for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(g.allowed_types); ++j) {
+        known = known || PyTuple_GET_ITEM(g.allowed_types, j) == t;
+      }
+      if (!known) {
+        g_counts[StockTypes]++;
+        return Outcome::Stock;
+      }
+    }
+  }
+  if (reinterpret_cast<PyObject*>(Py_TYPE(func)) != g.op_type || !PyTuple_CheckExact(args) ||
+      (kwargs != nullptr && kwargs != Py_None && !PyDict_CheckExact(kwargs))) {
+    g_counts[StockOp]++;
+    return Outcome::Stock;
+  }
+  if (kwargs == Py_None) kwargs = nullptr;
+  const Facts* f = facts_of(func);
+  PyObject* op_dk = f->plain ? instance_attr(func, s_op_dk) : nullptr;
+  if (!f->plain || op_dk == nullptr) {
+    g_counts[StockOp]++;
+    return Outcome::Stock;
+  }
+  // the arguments, unwrapped (nothing observable yet)
+  c10::SmallVector<PyObject*, 8> leaves;
+  PyObject* first = nullptr;
+  PyObject* args_u = unwrap(args, 0, leaves, &first);
+  PyObject* kwargs_u = nullptr;
+  if (args_u != nullptr && kwargs != nullptr && PyDict_GET_SIZE(kwargs) > 0) {
+    kwargs_u = PyDict_New();
+    Py_ssize_t pos = 0;
+    PyObject *k, *v;
+    while (kwargs_u != nullptr && PyDict_Next(kwargs, &pos, &k, &v)) {
+      PyObject* u = PyUnicode_CheckExact(k) ? unwrap(v, 1, leaves, &first) : nullptr;
+      if (u == nullptr || PyDict_SetItem(kwargs_u, k, u) < 0) {
+        Py_XDECREF(u);
+        Py_CLEAR(kwargs_u);
+        break;
+      }
+      Py_DECREF(u);
+    }
+    if (kwargs_u == nullptr) Py_CLEAR(args_u);
+  }
+  auto give_up = [&](Count why) {
+    Py_XDECREF(args_u);
+    Py_XDECREF(kwargs_u);
+    if (PyErr_Occurred()) PyErr_Clear();
+    g_counts[why]++;
+    return Outcome::Stock;
+  };
+  if (args_u == nullptr) return give_up(StockArguments);
+  if (!PyTuple_CheckExact(args_u)) return give_up(StockArguments);
+  // does not decompose
+  bool resync_flag = false;
+  try {
+    // stock asks func.decompose where _can_decompose_fast says so (view and mutable
+    // ops) or autograd_would_have_decomposed does (no tensor argument, or no kernel
+    // for the first one's backend)
+    bool attempt = f->decompose_check || first == nullptr;
+    if (!attempt) {
+      if (!is_functional(first)) return give_up(StockDecompose);
+      const auto k = backend_key(THPVariable_Unpack(first).device().type());
+      if (!k.has_value()) return give_up(StockDecompose);
+      attempt = !f->handle->hasKernelForDispatchKey(*k);
+    }
+    if (attempt) {
+      PyObject* pyk = instance_attr(func, s_py_kernels);
+      if (pyk == nullptr || !PyDict_CheckExact(pyk)) return give_up(StockDecompose);
+      const int has = PyDict_Contains(pyk, g.cia_key);
+      if (has != 0) return give_up(StockDecompose);
+      if (f->handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) {
+        return give_up(StockDecompose);
+      }
+      if (enter_exit_is_noop(mode) != 1) return give_up(StockState);
+      resync_flag = true;
+    }
+  } catch (const std::exception&) {
+    return give_up(StockDecompose);
+  }
+  // no effects
+  if (!f->has_aliasing) {
+    PyObject* data = instance_attr(g.registry, s_data);
+    PyObject* entry = data && PyDict_CheckExact(data) ? PyDict_GetItemWithError(data, f->qualname) : nullptr;
+    PyObject* holder = entry ? instance_attr(entry, s_effect) : nullptr;
+    if (holder == nullptr || instance_attr(holder, s_effect_field) != Py_None) return give_up(StockEffects);
+  }
+  if (functionalize_active()) return give_up(StockState);
+  int sync = 0;
+  try {
+    sync = sync_is_noop(leaves);
+  } catch (const std::exception&) {
+    sync = 0;
+  }
+  if (sync != 1) return give_up(StockSync);
+  if (g.check != nullptr) {
+    PyObject* ok = PyObject_CallFunctionObjArgs(g.check, mode, func, args, kwargs ? kwargs : Py_None, nullptr);
+    if (ok == nullptr) {
+      Py_DECREF(args_u);
+      Py_XDECREF(kwargs_u);
+      return Outcome::Error;
+    }
+    Py_DECREF(ok);
+  }
+  // -- from here on, what stock does --
+  if (resync_flag) {
+    PyObject* flag = PyDict_GetItemWithError(g.dispatch_dict, s_flag_global); // borrowed
+    PyObject* r = flag ? PyObject_CallOneArg(g.set_flag, flag) : nullptr;
+    if (r == nullptr) {
+      Py_DECREF(args_u);
+      Py_XDECREF(kwargs_u);
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "fastfake: the compile-internals flag is gone");
+      return Outcome::Error;
+    }
+    Py_DECREF(r);
+  }
+  g_counts[Served]++;
+  PyObject* out = nullptr;
+  PyObject* wrapped = nullptr;
+  bool any_functional = false;
+  const bool fault = g.fault > 0;
+  if (fault) g.fault--;
+  try {
+    const c10::impl::LocalDispatchKeySet local = c10::impl::tls_local_dispatch_key_set();
+    const c10::DispatchKeySet include = local.included_ | c10::DispatchKeySet(c10::DispatchKey::Functionalize);
+    const c10::DispatchKeySet exclude = local.excluded_.remove(c10::DispatchKey::Functionalize) - g.extra_keys;
+    c10::impl::ForceDispatchKeyGuard guard(include, exclude);
+    const bool old_views = at::functionalization::impl::getFunctionalizationReapplyViewsTLS();
+    at::functionalization::impl::setFunctionalizationReapplyViewsTLS(true);
+    // func._op_dk(DispatchKey.Functionalize, *args_unwrapped, **kwargs_unwrapped)
+    const Py_ssize_t n = PyTuple_GET_SIZE(args_u);
+    const Py_ssize_t nk = kwargs_u ? PyDict_GET_SIZE(kwargs_u) : 0;
+    c10::SmallVector<PyObject*, 16> argv(static_cast<size_t>(1 + n + nk));
+    argv[0] = g.functionalize_key;
+    for (Py_ssize_t i = 0; i < n; ++i) argv[1 + i] = PyTuple_GET_ITEM(args_u, i);
+    PyObject* kwnames = nullptr;
+    if (nk > 0) {
+      kwnames = PyTuple_New(nk);
+      Py_ssize_t pos = 0, j = 0;
+      PyObject *k, *v;
+      while (kwnames != nullptr && PyDict_Next(kwargs_u, &pos, &k, &v)) {
+        Py_INCREF(k);
+        PyTuple_SET_ITEM(kwnames, j, k);
+        argv[1 + n + j] = v;
+        ++j;
+      }
+    }
+    if (nk == 0 || kwnames != nullptr) {
+      out = PyObject_Vectorcall(op_dk, argv.data(), static_cast<size_t>(1 + n), kwnames);
+    }
+    Py_XDECREF(kwnames);
+    if (out != nullptr) {
+      if (fault) {
+        wrapped = out;
+        Py_INCREF(wrapped);
+      } else if (plain_outputs(out, 0)) {
+        wrapped = wrap(mode, out, &any_functional);
+      } else {
+        g_counts[StockOutputs]++;
+        wrapped = PyObject_CallFunctionObjArgs(g.wrap_outputs, mode, out, nullptr);
+        any_functional = wrapped != nullptr && any_functional_in(wrapped);
+      }
+    }
+    // stock's finally (the guard then restores the key sets)
+    c10::impl::tls_set_dispatch_key_included(c10::DispatchKey::Functionalize, false);
+    at::functionalization::impl::setFunctionalizationReapplyViewsTLS(false);
+    at::functionalization::impl::setFunctionalizationReapplyViewsTLS(old_views);
+  } catch (const std::exception& e) {
+    Py_CLEAR(wrapped);
+    if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  Py_XDECREF(out);
+  Py_DECREF(args_u);
+  Py_XDECREF(kwargs_u);
+  if (wrapped == nullptr) return Outcome::Error;
+  if (functionalize_active()) {
+    Py_DECREF(wrapped);
+    PyErr_SetString(PyExc_AssertionError,
+                    "Functionalization should not already be enabled above this mode after dispatch");
+    return Outcome::Error;
+  }
+  if (!any_functional || !f->alias_fix) {
+    *result = wrapped;
+    return Outcome::Served;
+  }
+  PyObject* kw = kwargs;
+  if (kw == nullptr) {
+    kw = PyDict_New();
+    if (kw == nullptr) {
+      Py_DECREF(wrapped);
+      return Outcome::Error;
+    }
+  } else {
+    Py_INCREF(kw);
+  }
+  PyObject* r = PyObject_CallFunctionObjArgs(g.alias_fix, func, args, kw, wrapped, nullptr);
+  Py_DECREF(kw);
+  Py_DECREF(wrapped);
+  if (r == nullptr) return Outcome::Error;
+  *result = r;
+  return Outcome::Served;
+}
+
+PyObject* call_stock(PyObject* mode, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  c10::SmallVector<PyObject*, 8> argv(static_cast<size_t>(nargs + 1 + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0)));
+  argv[0] = mode;
+  for (size_t i = 1; i < argv.size(); ++i) argv[i] = args[i - 1];
+  return PyObject_Vectorcall(g.stock, argv.data(), static_cast<size_t>(nargs + 1), kwnames);
+}
+
+PyObject* dispatch(PyObject* mode, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
+  if (!g.on || kwnames != nullptr || nargs < 2 || nargs > 4) return call_stock(mode, args, nargs, kwnames);
+  PyObject* r = nullptr;
+  PyObject* empty = nullptr;
+  PyObject* a = nargs >= 3 ? args[2] : (empty = PyTuple_New(0));
+  if (a == nullptr) return nullptr;
+  const Outcome o = serve(mode, args[0], args[1], a, nargs == 4 ? args[3] : nullptr, &r);
+  Py_XDECREF(empty);
+  if (o == Outcome::Stock) return call_stock(mode, args, nargs, kwnames);
+  return o == Outcome::Served ? r : nullptr;
+}
+
+PyMethodDef g_def = {
+    "__torch_dispatch__",
+    reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(dispatch)),
+    METH_FASTCALL | METH_KEYWORDS,
+    "FunctionalTensorMode.__torch_dispatch__ in C by fastfake for the plain path (stock's otherwise)."};
+
+} // namespace
+
+std::string functional_dispatch_setup(PyObject* mode_type, PyObject* tensor_type, PyObject* stock, PyObject* facts,
+                                      PyObject* wrap_outputs, PyObject* alias_fix, PyObject* registry,
+                                      PyObject* dispatch_module_dict, PyObject* set_flag, PyObject* functionalize_key,
+                                      PyObject* cia_key, PyObject* type_tuples, PyObject* extra_keys_raw) {
+  if (s_export == nullptr) {
+    s_export = PyUnicode_InternFromString("export");
+    s_pre_dispatch = PyUnicode_InternFromString("pre_dispatch");
+    s_dispatch_key = PyUnicode_InternFromString("_dispatch_key");
+    s_enter_stack = PyUnicode_InternFromString("enter_stack");
+    s_flags1 = PyUnicode_InternFromString("old_dispatch_mode_flags");
+    s_flags2 = PyUnicode_InternFromString("old_non_infra_dispatch_mode_flags");
+    s_flags3 = PyUnicode_InternFromString("old_without_ignore_compile_internals_dispatch_mode_flags");
+    s_flag_global = PyUnicode_InternFromString("_is_in_any_mode_without_ignore_compile_internals");
+    s_set_flag = PyUnicode_InternFromString("set_is_in_mode_without_ignore_compile_internals");
+    s_elem = PyUnicode_InternFromString("elem");
+    s_op_dk = PyUnicode_InternFromString("_op_dk");
+    s_py_kernels = PyUnicode_InternFromString("py_kernels");
+    s_data = PyUnicode_InternFromString("_data");
+    s_effect = PyUnicode_InternFromString("effect");
+    s_effect_field = PyUnicode_InternFromString("_effect");
+    s_tracer = PyUnicode_InternFromString("tracer");
+    s_tensor_tracker = PyUnicode_InternFromString("tensor_tracker");
+    s_proxy = PyUnicode_InternFromString("proxy");
+    s_node = PyUnicode_InternFromString("node");
+    s_metadata_fns = PyUnicode_InternFromString("metadata_fns");
+    s_stance = PyUnicode_InternFromString("_stance");
+    s_stance_field = PyUnicode_InternFromString("stance");
+    s_default = PyUnicode_InternFromString("default");
+  }
+  clear_facts();
+  hold_ref(g.mode_type, mode_type);
+  hold_ref(g.tensor_type, tensor_type);
+  hold_ref(g.stock, stock);
+  hold_ref(g.facts, facts);
+  hold_ref(g.wrap_outputs, wrap_outputs);
+  hold_ref(g.alias_fix, alias_fix);
+  hold_ref(g.registry, registry);
+  hold_ref(g.dispatch_dict, dispatch_module_dict);
+  hold_ref(g.set_flag, set_flag);
+  hold_ref(g.functionalize_key, functionalize_key);
+  hold_ref(g.cia_key, cia_key);
+  // type_tuples: ((Tensor, FakeTensor, FunctionalTensor), (SymInt, SymFloat, SymBool), OpOverload)
+  hold_ref(g.allowed_types, PyTuple_GET_ITEM(type_tuples, 0));
+  hold_ref(g.sym_types, PyTuple_GET_ITEM(type_tuples, 1));
+  hold_ref(g.op_type, PyTuple_GET_ITEM(type_tuples, 2));
+  hold_ref(g.metadata_fns, nullptr);
+  const unsigned long long raw = PyLong_AsUnsignedLongLong(extra_keys_raw);
+  if (PyErr_Occurred()) return "";
+  const c10::DispatchKeySet keys(c10::DispatchKeySet::RAW, static_cast<uint64_t>(raw));
+  g.extra_keys = keys;
+  std::ostringstream text;
+  text << keys;
+  return text.str();
+}
+
+void functional_dispatch_setup_dynamo(PyObject* get_callback, PyObject* eval_frame_dict) {
+  hold_ref(g.get_callback, get_callback);
+  hold_ref(g.eval_frame_dict, eval_frame_dict);
+}
+
+PyObject* functional_dispatch_function() {
+  if (g.mode_type == nullptr || !PyType_Check(g.mode_type)) {
+    PyErr_SetString(PyExc_RuntimeError, "fastfake: functional_dispatch_function() before functional_dispatch_setup()");
+    return nullptr;
+  }
+  return PyDescr_NewMethod(reinterpret_cast<PyTypeObject*>(g.mode_type), &g_def);
+}
+
+void functional_dispatch_enable(bool on) {
+  g.on = on;
+}
+
+void functional_dispatch_set_check(PyObject* check) {
+  hold_ref(g.check, check);
+}
+
+void functional_dispatch_clear() {
+  clear_facts();
+}
+
+std::map<std::string, uint64_t> functional_dispatch_counts() {
+  return counts_as_map(kCountNames, g_counts);
+}
+
+void functional_dispatch_set_counts(const std::map<std::string, uint64_t>& counts) {
+  counts_from_map(kCountNames, g_counts, counts);
+}
+
+void functional_dispatch_inject_fault(int n) {
+  g.fault = n;
+}
+
+} // namespace fastfake
