@@ -206,6 +206,29 @@ bool is_functional(PyObject* x) {
   return reinterpret_cast<PyObject*>(Py_TYPE(x)) == g.tensor_type;
 }
 
+// A new tuple or list (as `x` is; exact types) of f(item) for each item of `x`;
+// nullptr where f gives nullptr for one (whatever error f set stays set).
+template <typename F>
+PyObject* map_sequence(PyObject* x, F&& f) {
+  const bool tuple = PyTuple_CheckExact(x);
+  const Py_ssize_t n = tuple ? PyTuple_GET_SIZE(x) : PyList_GET_SIZE(x);
+  PyObject* out = tuple ? PyTuple_New(n) : PyList_New(n);
+  if (out == nullptr) return nullptr;
+  for (Py_ssize_t i = 0; i < n; ++i) {
+    PyObject* v = f(tuple ? PyTuple_GET_ITEM(x, i) : PyList_GET_ITEM(x, i));
+    if (v == nullptr) {
+      Py_DECREF(out);
+      return nullptr;
+    }
+    if (tuple) {
+      PyTuple_SET_ITEM(out, i, v);
+    } else {
+      PyList_SET_ITEM(out, i, v);
+    }
+  }
+  return out;
+}
+
 // The argument with every FunctionalTensor replaced by its `elem` (new
 // reference), the FunctionalTensors it holds appended to `leaves`, the first
 // tensor in pytree order to *first; nullptr without an error where the value is
@@ -231,22 +254,7 @@ PyObject* unwrap(PyObject* x, int depth, c10::SmallVector<PyObject*, 8>& leaves,
   const bool tuple = PyTuple_CheckExact(x);
   // (the arguments tuple is depth 0; a list or tuple in it, depth 1, holds leaves only)
   if (depth > 1 || (!tuple && !PyList_CheckExact(x))) return nullptr;
-  const Py_ssize_t n = tuple ? PyTuple_GET_SIZE(x) : PyList_GET_SIZE(x);
-  PyObject* out = tuple ? PyTuple_New(n) : PyList_New(n);
-  if (out == nullptr) return nullptr;
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    PyObject* v = unwrap(tuple ? PyTuple_GET_ITEM(x, i) : PyList_GET_ITEM(x, i), depth + 1, leaves, first);
-    if (v == nullptr) {
-      Py_DECREF(out);
-      return nullptr;
-    }
-    if (tuple) {
-      PyTuple_SET_ITEM(out, i, v);
-    } else {
-      PyList_SET_ITEM(out, i, v);
-    }
-  }
-  return out;
+  return map_sequence(x, [&](PyObject* v) { return unwrap(v, depth + 1, leaves, first); });
 }
 
 // Outputs the fast wrap takes: tensors and plain leaves in tuples / lists (the
@@ -284,22 +292,7 @@ PyObject* wrap(PyObject* mode, PyObject* x, bool* any_functional) {
     Py_INCREF(x);
     return x;
   }
-  const Py_ssize_t n = tuple ? PyTuple_GET_SIZE(x) : PyList_GET_SIZE(x);
-  PyObject* out = tuple ? PyTuple_New(n) : PyList_New(n);
-  if (out == nullptr) return nullptr;
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    PyObject* v = wrap(mode, tuple ? PyTuple_GET_ITEM(x, i) : PyList_GET_ITEM(x, i), any_functional);
-    if (v == nullptr) {
-      Py_DECREF(out);
-      return nullptr;
-    }
-    if (tuple) {
-      PyTuple_SET_ITEM(out, i, v);
-    } else {
-      PyList_SET_ITEM(out, i, v);
-    }
-  }
-  return out;
+  return map_sequence(x, [&](PyObject* v) { return wrap(mode, v, any_functional); });
 }
 
 bool any_functional_in(PyObject* x) {
