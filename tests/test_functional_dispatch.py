@@ -118,7 +118,7 @@ def _program(rng: random.Random):
 def test_long_random_sequence_in_one_process(on):
     rng = random.Random(20261202)
     served = fastfake.stats()["functional_dispatch.served"]
-    for i in range(40):
+    for i in range(28):
         fn, src = _program(rng)
         rows = rng.choice([3, 5, 6])
         dynamic = rng.random() < 0.5
@@ -129,9 +129,9 @@ def test_long_random_sequence_in_one_process(on):
 
         want, got = _both(fn, inputs, dynamic)
         assert got == want, src
-        if i % 13 == 12:
+        if i % 9 == 8:
             _C.functional_dispatch_clear()  # (facts read again: the same traces)
-    assert fastfake.stats()["functional_dispatch.served"] - served > 1000
+    assert fastfake.stats()["functional_dispatch.served"] - served > 700
 
 
 def test_a_model_compiled_with_aot_eager(on, compile_state_restored):
