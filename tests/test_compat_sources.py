@@ -109,6 +109,7 @@ def test_every_table_digest_of_this_release_is_found():
         (_compat.STORE_SOURCES, _compat.store_source_digest),
         (_compat.FUNCNAMES_SOURCES, _compat.funcnames_source_digest),
         (_compat.CONFIG_ATTR_SOURCES, _compat.config_attr_source_digest),
+        (_compat.FUNCTIONAL_DISPATCH_SOURCES, _compat.functional_dispatch_source_digest),
     ]
     checked = 0
     for table, digest in cases:
