@@ -36,6 +36,7 @@
 #include "common/counts.h"
 #include "common/fastfake.h"
 #include "common/refs.h"
+#include "tracing/sequence.h"
 
 #include <ATen/FunctionalTensorWrapper.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -144,9 +145,9 @@ void clear_facts() {
   g_facts.clear();
 }
 
-// The op's facts, read through the Python helper on its first call. nullptr
-// only with a Python error set that is not the helper's (a helper's error means
-// "stock", as stock would meet it itself).
+// The op's facts, read through the Python helper on its first call (never
+// nullptr; a helper that raises leaves the op not plain, its calls stock's, which
+// meets the same error itself).
 const Facts* facts_of(PyObject* func) {
   PyObject* fns = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(g.tensor_type), s_metadata_fns);
   if (fns != g.metadata_fns) { // (a replaced metadata_fns: every op read again)
@@ -187,12 +188,16 @@ const Facts* facts_of(PyObject* func) {
   return &g_facts.emplace(func, std::move(f)).first->second;
 }
 
-bool is_sym(PyObject* x) {
-  PyObject* t = reinterpret_cast<PyObject*>(Py_TYPE(x));
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(g.sym_types); ++i) {
-    if (PyTuple_GET_ITEM(g.sym_types, i) == t) return true;
+// `o` is one of the tuple's items (by identity).
+bool one_of(PyObject* items, PyObject* o) {
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(items); ++i) {
+    if (PyTuple_GET_ITEM(items, i) == o) return true;
   }
   return false;
+}
+
+bool is_sym(PyObject* x) {
+  return one_of(g.sym_types, reinterpret_cast<PyObject*>(Py_TYPE(x)));
 }
 
 // A pytree leaf that is no container (what stock's maps pass through).
@@ -211,22 +216,8 @@ bool is_functional(PyObject* x) {
 template <typename F>
 PyObject* map_sequence(PyObject* x, F&& f) {
   const bool tuple = PyTuple_CheckExact(x);
-  const Py_ssize_t n = tuple ? PyTuple_GET_SIZE(x) : PyList_GET_SIZE(x);
-  PyObject* out = tuple ? PyTuple_New(n) : PyList_New(n);
-  if (out == nullptr) return nullptr;
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    PyObject* v = f(tuple ? PyTuple_GET_ITEM(x, i) : PyList_GET_ITEM(x, i));
-    if (v == nullptr) {
-      Py_DECREF(out);
-      return nullptr;
-    }
-    if (tuple) {
-      PyTuple_SET_ITEM(out, i, v);
-    } else {
-      PyList_SET_ITEM(out, i, v);
-    }
-  }
-  return out;
+  return new_sequence(tuple, tuple ? PyTuple_GET_SIZE(x) : PyList_GET_SIZE(x),
+                      [&](Py_ssize_t i) { return f(tuple ? PyTuple_GET_ITEM(x, i) : PyList_GET_ITEM(x, i)); });
 }
 
 // The argument with every FunctionalTensor replaced by its `elem` (new
@@ -455,12 +446,7 @@ Outcome serve(PyObject* mode, PyObject* func, PyObject* types, PyObject* args, P
     const bool tup = PyTuple_CheckExact(types);
     const Py_ssize_t n = tup ? PyTuple_GET_SIZE(types) : PyList_GET_SIZE(types);
     for (Py_ssize_t i = 0; i < n; ++i) {
-      PyObject* t = tup ? PyTuple_GET_ITEM(types, i) : PyList_GET_ITEM(types, i);
-      bool known = false;
-      for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(g.allowed_types); ++j) {
-        known = known || PyTuple_GET_ITEM(g.allowed_types, j) == t;
-      }
-      if (!known) {
+      if (!one_of(g.allowed_types, tup ? PyTuple_GET_ITEM(types, i) : PyList_GET_ITEM(types, i))) {
         g_counts[StockTypes]++;
         return Outcome::Stock;
       }

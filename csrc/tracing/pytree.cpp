@@ -37,6 +37,7 @@
 #include "tracing/pytree.h"
 
 #include "common/counts.h"
+#include "tracing/sequence.h"
 
 #include <vector>
 
@@ -212,22 +213,7 @@ PyObject* build(const Flat& f, std::vector<PyObject*>& values, size_t& s, size_t
     }
     return out;
   }
-  const bool tuple = kind == Tuple && !fault;
-  PyObject* out = tuple ? PyTuple_New(n) : PyList_New(n);
-  if (out == nullptr) return nullptr;
-  for (int32_t i = 0; i < n; ++i) {
-    PyObject* v = build(f, values, s, leaf, key, fault);
-    if (v == nullptr) {
-      Py_DECREF(out);
-      return nullptr;
-    }
-    if (tuple) {
-      PyTuple_SET_ITEM(out, i, v);
-    } else {
-      PyList_SET_ITEM(out, i, v);
-    }
-  }
-  return out;
+  return new_sequence(kind == Tuple && !fault, n, [&](Py_ssize_t) { return build(f, values, s, leaf, key, fault); });
 }
 
 PyObject* to_stock(int which, Count why, PyObject* const* args, size_t nargsf, PyObject* kwnames) {
