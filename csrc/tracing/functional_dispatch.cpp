@@ -36,6 +36,8 @@
 #include "common/counts.h"
 #include "common/fastfake.h"
 #include "common/refs.h"
+#include "tracing/mode_method.h"
+#include "tracing/mode_noop.h"
 #include "tracing/sequence.h"
 
 #include <ATen/FunctionalTensorWrapper.h>
@@ -85,16 +87,8 @@ State g;
 
 PyObject* s_export = nullptr;
 PyObject* s_pre_dispatch = nullptr;
-PyObject* s_dispatch_key = nullptr;
-PyObject* s_enter_stack = nullptr;
-PyObject* s_flags1 = nullptr;
-PyObject* s_flags2 = nullptr;
-PyObject* s_flags3 = nullptr;
-PyObject* s_flag_global = nullptr;
-PyObject* s_set_flag = nullptr; // its setter's name there
 PyObject* s_elem = nullptr;
 PyObject* s_op_dk = nullptr;
-PyObject* s_py_kernels = nullptr;
 PyObject* s_data = nullptr;
 PyObject* s_effect = nullptr;
 PyObject* s_effect_field = nullptr;
@@ -162,18 +156,7 @@ const Facts* facts_of(PyObject* func) {
   if (r == nullptr) {
     PyErr_Clear();
   } else if (PyTuple_CheckExact(r) && PyTuple_GET_SIZE(r) == 6) {
-    PyObject* name = PyTuple_GET_ITEM(r, 4);
-    PyObject* overload = PyTuple_GET_ITEM(r, 5);
-    const char* n = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : nullptr;
-    const char* o = n && PyUnicode_Check(overload) ? PyUnicode_AsUTF8(overload) : nullptr;
-    if (o != nullptr) {
-      try {
-        f.handle = c10::Dispatcher::singleton().findOp(c10::OperatorName(n, o));
-      } catch (const std::exception&) {
-        f.handle.reset();
-      }
-    }
-    if (PyErr_Occurred()) PyErr_Clear();
+    f.handle = op_handle(r, 4);
     if (f.handle.has_value()) {
       f.plain = true;
       f.decompose_check = PyTuple_GET_ITEM(r, 0) == Py_True;
@@ -188,23 +171,9 @@ const Facts* facts_of(PyObject* func) {
   return &g_facts.emplace(func, std::move(f)).first->second;
 }
 
-// `o` is one of the tuple's items (by identity).
-bool one_of(PyObject* items, PyObject* o) {
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(items); ++i) {
-    if (PyTuple_GET_ITEM(items, i) == o) return true;
-  }
-  return false;
-}
-
-bool is_sym(PyObject* x) {
-  return one_of(g.sym_types, reinterpret_cast<PyObject*>(Py_TYPE(x)));
-}
-
 // A pytree leaf that is no container (what stock's maps pass through).
 bool plain_leaf(PyObject* x) {
-  return x == Py_None || PyBool_Check(x) || PyLong_CheckExact(x) || PyFloat_CheckExact(x) ||
-      PyComplex_CheckExact(x) || PyUnicode_CheckExact(x) || is_sym(x) || THPDtype_Check(x) ||
-      THPDevice_Check(x) || THPLayout_Check(x) || THPMemoryFormat_Check(x);
+  return fastfake::plain_leaf(x, g.sym_types);
 }
 
 bool is_functional(PyObject* x) {
@@ -297,26 +266,6 @@ bool any_functional_in(PyObject* x) {
   return false;
 }
 
-// The backend key stock's autograd_would_have_decomposed asks about for a device
-// type (_parse_dispatch_key(_dispatch_key_for_device(type))); nullopt where that
-// does not parse back.
-std::optional<c10::DispatchKey> backend_key(c10::DeviceType type) {
-  static std::optional<c10::DispatchKey> known[static_cast<size_t>(c10::DeviceType::COMPILE_TIME_MAX_DEVICE_TYPES)];
-  static bool read[static_cast<size_t>(c10::DeviceType::COMPILE_TIME_MAX_DEVICE_TYPES)] = {};
-  const auto i = static_cast<size_t>(type);
-  if (i >= static_cast<size_t>(c10::DeviceType::COMPILE_TIME_MAX_DEVICE_TYPES)) return std::nullopt;
-  if (!read[i]) {
-    try {
-      const auto k = c10::computeDispatchKey(std::nullopt, std::nullopt, c10::Device(type));
-      known[i] = c10::parseDispatchKey(c10::toString(k));
-    } catch (const std::exception&) {
-      known[i].reset();
-    }
-    read[i] = true;
-  }
-  return known[i];
-}
-
 bool functionalize_active() {
   return !c10::impl::tls_is_dispatch_key_excluded(c10::DispatchKey::Functionalize) &&
       c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::Functionalize);
@@ -383,28 +332,6 @@ int sync_is_noop(const c10::SmallVector<PyObject*, 8>& leaves) {
   }
   Py_XDECREF(tracker);
   return ok;
-}
-
-// The stock mode enter / exit around a decompose that answers NotImplemented
-// changes nothing here but the compile-internals flag (1), or stock's (0).
-int enter_exit_is_noop(PyObject* mode) {
-  PyObject* key = instance_attr(mode, s_dispatch_key);
-  if (key != Py_None) return 0;
-  PyObject* stack = instance_attr(mode, s_enter_stack);
-  if (stack == nullptr || !PyList_CheckExact(stack)) return 0;
-  for (PyObject* name : {s_flags1, s_flags2, s_flags3}) {
-    if (instance_attr(mode, name) == nullptr) return 0;
-  }
-  if (c10::impl::TorchDispatchModeTLS::get_mode(c10::impl::TorchDispatchModeKey::FUNCTIONAL).has_value()) return 0;
-  // another mode set: pushing and popping this one leaves the Python keys alone
-  if (!c10::impl::TorchDispatchModeTLS::any_modes_set()) return 0;
-  PyObject* flag = PyDict_GetItemWithError(g.dispatch_dict, s_flag_global);
-  PyObject* setter = flag ? PyDict_GetItemWithError(g.dispatch_dict, s_set_flag) : nullptr;
-  if (setter != g.set_flag || setter == nullptr) {
-    PyErr_Clear();
-    return 0;
-  }
-  return 1;
 }
 
 // Stock's method is wrapped by torch._disable_dynamo: Dynamo's frame callback is
@@ -507,14 +434,10 @@ Outcome serve(PyObject* mode, PyObject* func, PyObject* types, PyObject* args, P
       attempt = !f->handle->hasKernelForDispatchKey(*k);
     }
     if (attempt) {
-      PyObject* pyk = instance_attr(func, s_py_kernels);
-      if (pyk == nullptr || !PyDict_CheckExact(pyk)) return give_up(StockDecompose);
-      const int has = PyDict_Contains(pyk, g.cia_key);
-      if (has != 0) return give_up(StockDecompose);
-      if (f->handle->hasKernelForDispatchKey(c10::DispatchKey::CompositeImplicitAutograd)) {
-        return give_up(StockDecompose);
+      if (decompose_not_implemented(func, *f->handle, g.cia_key) != 1) return give_up(StockDecompose);
+      if (enter_exit_is_noop(mode, c10::impl::TorchDispatchModeKey::FUNCTIONAL, g.dispatch_dict, g.set_flag) != 1) {
+        return give_up(StockState);
       }
-      if (enter_exit_is_noop(mode) != 1) return give_up(StockState);
       resync_flag = true;
     }
   } catch (const std::exception&) {
@@ -545,16 +468,10 @@ Outcome serve(PyObject* mode, PyObject* func, PyObject* types, PyObject* args, P
     Py_DECREF(ok);
   }
   // -- from here on, what stock does --
-  if (resync_flag) {
-    PyObject* flag = PyDict_GetItemWithError(g.dispatch_dict, s_flag_global); // borrowed
-    PyObject* r = flag ? PyObject_CallOneArg(g.set_flag, flag) : nullptr;
-    if (r == nullptr) {
-      Py_DECREF(args_u);
-      Py_XDECREF(kwargs_u);
-      if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "fastfake: the compile-internals flag is gone");
-      return Outcome::Error;
-    }
-    Py_DECREF(r);
+  if (resync_flag && resync_compile_internals_flag(g.dispatch_dict, g.set_flag) < 0) {
+    Py_DECREF(args_u);
+    Py_XDECREF(kwargs_u);
+    return Outcome::Error;
   }
   g_counts[Served]++;
   PyObject* out = nullptr;
@@ -644,10 +561,7 @@ Outcome serve(PyObject* mode, PyObject* func, PyObject* types, PyObject* args, P
 }
 
 PyObject* call_stock(PyObject* mode, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
-  c10::SmallVector<PyObject*, 8> argv(static_cast<size_t>(nargs + 1 + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0)));
-  argv[0] = mode;
-  for (size_t i = 1; i < argv.size(); ++i) argv[i] = args[i - 1];
-  return PyObject_Vectorcall(g.stock, argv.data(), static_cast<size_t>(nargs + 1), kwnames);
+  return call_with_mode(g.stock, mode, args, nargs, kwnames);
 }
 
 PyObject* dispatch(PyObject* mode, PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames) {
@@ -677,16 +591,8 @@ std::string functional_dispatch_setup(PyObject* mode_type, PyObject* tensor_type
   if (s_export == nullptr) {
     s_export = PyUnicode_InternFromString("export");
     s_pre_dispatch = PyUnicode_InternFromString("pre_dispatch");
-    s_dispatch_key = PyUnicode_InternFromString("_dispatch_key");
-    s_enter_stack = PyUnicode_InternFromString("enter_stack");
-    s_flags1 = PyUnicode_InternFromString("old_dispatch_mode_flags");
-    s_flags2 = PyUnicode_InternFromString("old_non_infra_dispatch_mode_flags");
-    s_flags3 = PyUnicode_InternFromString("old_without_ignore_compile_internals_dispatch_mode_flags");
-    s_flag_global = PyUnicode_InternFromString("_is_in_any_mode_without_ignore_compile_internals");
-    s_set_flag = PyUnicode_InternFromString("set_is_in_mode_without_ignore_compile_internals");
     s_elem = PyUnicode_InternFromString("elem");
     s_op_dk = PyUnicode_InternFromString("_op_dk");
-    s_py_kernels = PyUnicode_InternFromString("py_kernels");
     s_data = PyUnicode_InternFromString("_data");
     s_effect = PyUnicode_InternFromString("effect");
     s_effect_field = PyUnicode_InternFromString("_effect");

@@ -1,0 +1,85 @@
+// What the C `__torch_dispatch__` methods of the tracing modes share
+// (csrc/tracing/functional_dispatch.cpp, csrc/tracing/proxy_dispatch.cpp): the
+// argument leaves they take, an op's dispatcher handle from the names its facts
+// give, stock's method called with the mode in front, and a `finally` that keeps
+// the body's error.
+#pragma once
+
+#include <Python.h>
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <c10/util/SmallVector.h>
+#include <torch/csrc/Device.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/Layout.h>
+#include <torch/csrc/MemoryFormat.h>
+
+#include <optional>
+
+namespace fastfake {
+
+// `o` is one of the tuple's items (by identity).
+inline bool one_of(PyObject* items, PyObject* o) {
+  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(items); ++i) {
+    if (PyTuple_GET_ITEM(items, i) == o) return true;
+  }
+  return false;
+}
+
+// A pytree leaf that is no container and no tensor, of a type no opaque object
+// can have: None, a bool, int, float, complex or str, an instance of one of
+// `sym_types` (SymInt, SymFloat, SymBool), a dtype, device, layout or memory format.
+inline bool plain_leaf(PyObject* x, PyObject* sym_types) {
+  return x == Py_None || PyBool_Check(x) || PyLong_CheckExact(x) || PyFloat_CheckExact(x) ||
+      PyComplex_CheckExact(x) || PyUnicode_CheckExact(x) || one_of(sym_types, reinterpret_cast<PyObject*>(Py_TYPE(x))) ||
+      THPDtype_Check(x) || THPDevice_Check(x) || THPLayout_Check(x) || THPMemoryFormat_Check(x);
+}
+
+// The dispatcher's handle of the op the facts helper named (the tuple's items
+// `name_at` and `name_at + 1`: schema name, overload name); nullopt where they are
+// no strings or name no op. Never leaves a Python error set.
+inline std::optional<c10::OperatorHandle> op_handle(PyObject* facts, Py_ssize_t name_at) {
+  PyObject* name = PyTuple_GET_ITEM(facts, name_at);
+  PyObject* overload = PyTuple_GET_ITEM(facts, name_at + 1);
+  const char* n = PyUnicode_Check(name) ? PyUnicode_AsUTF8(name) : nullptr;
+  const char* o = n && PyUnicode_Check(overload) ? PyUnicode_AsUTF8(overload) : nullptr;
+  std::optional<c10::OperatorHandle> h;
+  if (o != nullptr) {
+    try {
+      h = c10::Dispatcher::singleton().findOp(c10::OperatorName(n, o));
+    } catch (const std::exception&) {
+      h.reset();
+    }
+  }
+  if (PyErr_Occurred()) PyErr_Clear();
+  return h;
+}
+
+// stock(mode, *args) for a METH_FASTCALL | METH_KEYWORDS method's arguments.
+inline PyObject* call_with_mode(PyObject* stock, PyObject* mode, PyObject* const* args, Py_ssize_t nargs,
+                                PyObject* kwnames) {
+  c10::SmallVector<PyObject*, 8> argv(static_cast<size_t>(nargs + 1 + (kwnames ? PyTuple_GET_SIZE(kwnames) : 0)));
+  argv[0] = mode;
+  for (size_t i = 1; i < argv.size(); ++i) argv[i] = args[i - 1];
+  return PyObject_Vectorcall(stock, argv.data(), static_cast<size_t>(nargs + 1), kwnames);
+}
+
+// A Python `finally:` after a body that succeeded (`ok`) or left an error set:
+// `cleanup()` (true on success, else an error set) runs with the body's error put
+// aside, which is restored unless the cleanup raised (its error wins, as in
+// Python). Returns whether no error is set.
+template <typename F>
+bool run_finally(bool ok, F&& cleanup) {
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  if (!cleanup()) {
+    Py_XDECREF(type);
+    Py_XDECREF(value);
+    Py_XDECREF(tb);
+    return false;
+  }
+  PyErr_Restore(type, value, tb);
+  return ok;
+}
+
+} // namespace fastfake
