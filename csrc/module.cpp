@@ -22,6 +22,7 @@
 #include "runtime/untrack.h"
 #include "tracing/config_attr.h"
 #include "tracing/functional_dispatch.h"
+#include "tracing/proxy_dispatch.h"
 
 #include <pybind11/pybind11.h>
 #include <torch/csrc/utils/pybind.h>
@@ -399,6 +400,21 @@ PYBIND11_MODULE(_C, m) {
   m.def("functional_dispatch_counts", []() { return functional_dispatch_counts(); });
   m.def("functional_dispatch_set_counts",
         [](const std::map<std::string, uint64_t>& c) { functional_dispatch_set_counts(c); });
+  m.def(
+      "setup_proxy_dispatch",
+      [](py::dict refs) {
+        if (proxy_dispatch_setup(refs.ptr()) < 0) throw py::error_already_set();
+      },
+      "Binds what the C ProxyTorchDispatchMode.__torch_dispatch__ uses (a dict by name).");
+  m.def(
+      "proxy_dispatch_function",
+      []() { return steal_or_throw(proxy_dispatch_function()); },
+      "What ProxyTorchDispatchMode.__torch_dispatch__ becomes (csrc/tracing/proxy_dispatch.cpp).");
+  m.def("proxy_dispatch_enable", [](bool on) { proxy_dispatch_enable(on); });
+  m.def("set_proxy_dispatch_check", [](py::handle check) { proxy_dispatch_set_check(check.ptr()); });
+  m.def("proxy_dispatch_clear", []() { proxy_dispatch_clear(); });
+  m.def("proxy_dispatch_counts", []() { return proxy_dispatch_counts(); });
+  m.def("proxy_dispatch_set_counts", [](const std::map<std::string, uint64_t>& c) { proxy_dispatch_set_counts(c); });
   m.def("set_symnode_int_check", [](py::handle check) { symnode_int_set_check(check.ptr()); });
   m.def("symnode_int_counts", []() { return symnode_int_counts(); });
   m.def("symnode_int_set_counts", [](const std::map<std::string, uint64_t>& c) {
@@ -726,12 +742,14 @@ PYBIND11_MODULE(_C, m) {
           config_attr_inject_fault(n);
         } else if (kind == "functional_dispatch") {
           functional_dispatch_inject_fault(n);
+        } else if (kind == "proxy_dispatch") {
+          proxy_dispatch_inject_fault(n);
         } else {
           throw py::value_error(
               "_inject_fault: kind is 'dtype', 'device', 'convert', 'portable', 'portable_admit', "
               "'portable_commit', 'rerun', "
-              "'symnode', 'symnode_expr', 'symnode_int', 'item_memo', 'pytree', 'config_attr' or "
-              "'functional_dispatch'");
+              "'symnode', 'symnode_expr', 'symnode_int', 'item_memo', 'pytree', 'config_attr', "
+              "'functional_dispatch' or 'proxy_dispatch'");
         }
       },
       py::arg("n"),

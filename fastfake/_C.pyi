@@ -601,6 +601,34 @@ def functional_dispatch_counts() -> dict[str, int]:
 def functional_dispatch_set_counts(counts: dict[str, int]) -> None:
     """Put saved counts back (missing names are zero)."""
 
+def setup_proxy_dispatch(refs: dict) -> None:
+    """Bind what the C ``ProxyTorchDispatchMode.__torch_dispatch__`` uses, by name
+    (the mode class, stock's method, the facts and SymInt-proxy helpers,
+    ``proxy_tensor``'s dict and the names of it the path relies on, the call counter's
+    dict and label, ``torch.fx.traceback``'s dict, ``ORIGINAL_ATEN``, ``prim.device``,
+    the types it compares with, stock's ``Graph._target_to_str``, the
+    compile-internals flag's setter, a dispatch key, the pre-dispatch proxy-mode
+    getter; csrc/tracing/proxy_dispatch.h lists them)."""
+
+def proxy_dispatch_function() -> Any:
+    """What ``ProxyTorchDispatchMode.__torch_dispatch__`` becomes: a method descriptor
+    serving the plain path and calling stock's method for everything else."""
+
+def proxy_dispatch_enable(on: bool) -> None:
+    """Serve plain calls (True) or hand every call to stock's method (False)."""
+
+def set_proxy_dispatch_check(check: Any) -> None:
+    """crosscheck: ``check(mode, func, args, kwargs)`` before every served call (None: off)."""
+
+def proxy_dispatch_clear() -> None:
+    """Forget every op's facts (read again at the op's next call)."""
+
+def proxy_dispatch_counts() -> dict[str, int]:
+    """``served``, ``served.device``, ``stock.<reason>``, ``tracked_by_stock``."""
+
+def proxy_dispatch_set_counts(counts: dict[str, int]) -> None:
+    """Put saved counts back (missing names are zero)."""
+
 def setup_detach(stock: Any) -> None:
     """Bind stock's ``fast_detach`` (called for every case :func:`fast_detach` does
     not serve)."""
@@ -701,7 +729,9 @@ def _inject_fault(n: int, kind: str = "dtype") -> None:
     rebuild tuples as lists (and lists of leaves come reversed); ``kind="config_attr"``:
     the next ``n`` served configuration reads of a bool answer its negation;
     ``kind="functional_dispatch"``: the next ``n`` calls the C functional mode serves
-    return the inner (unwrapped) outputs."""
+    return the inner (unwrapped) outputs; ``kind="proxy_dispatch"``: the next ``n``
+    calls the C proxy mode serves leave their output untracked (no proxy slot, no
+    ``val`` / ``tensor_meta``)."""
 
 def _faults_requested() -> int:
     """Testing only: how many non-zero faults :func:`_inject_fault` was asked for in

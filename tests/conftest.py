@@ -116,7 +116,7 @@ SLOW_FIRST = (
     "test_stateful.py", "test_rerun.py", "test_bench_fresh.py", "test_selftest.py", "test_inductor.py",
     "test_shape_env_parity.py", "test_elementwise_properties.py", "test_cache_symbolic_opinfo.py",
     "test_elementwise_opinfo.py", "test_cache_opinfo.py", "test_rerun_scalar.py", "test_fake_prop.py", "test_cli.py",
-    "test_portable.py", "test_portable_nested.py", "test_functional_dispatch.py",
+    "test_portable.py", "test_portable_nested.py", "test_functional_dispatch.py", "test_proxy_dispatch.py",
 )
 
 

@@ -20,36 +20,16 @@ import fastfake
 from fastfake import _C
 from fastfake.core import selftest as _selftest
 from fastfake.tracing import functional_dispatch as fd
+from aot_programs import compiled_encoder
+from aot_programs import program as _program
+from aot_programs import trace as _trace
 from faults import fault_turns_off_only, in_subprocess, switched_off, unknown_source_stays_stock
 
 pytestmark = pytest.mark.skipif(not fd.available(), reason="functional_dispatch is not proven on this release")
 
-from functorch.compile import aot_function, make_boxed_func  # noqa: E402
 from torch._subclasses.functional_tensor import FunctionalTensor, FunctionalTensorMode  # noqa: E402
 
 STOCK = vars(FunctionalTensorMode)["__torch_dispatch__"]
-
-
-def _trace(fn, inputs, dynamic: bool) -> str:
-    # (from empty caches: stock's own cache hit of aten.copy on a view answers
-    # another storage offset than its miss, so a trace's metadata depends on what
-    # the process traced before, with or without fastfake)
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    FakeTensorMode.cache_clear()
-    graphs: list = []
-
-    def boxed(gm, example_inputs):
-        graphs.append((gm.code, _selftest._graph_description(gm)))
-        return make_boxed_func(gm)
-
-    res = aot_function(fn, fw_compiler=boxed, bw_compiler=boxed, dynamic=dynamic)(*inputs)
-    outs = res if isinstance(res, (tuple, list)) else (res,)
-    loss = sum(o.float().sum() for o in outs if isinstance(o, torch.Tensor) and o.requires_grad)
-    if isinstance(loss, torch.Tensor):
-        loss.backward()
-    return repr(([c for c, _ in graphs], _selftest._relative_seq_nr([g for _, g in graphs]),
-                 [tuple(o.shape) for o in outs if isinstance(o, torch.Tensor)]))
 
 
 def _both(fn, make_inputs, dynamic: bool) -> tuple[str, str]:
@@ -88,33 +68,6 @@ def test_the_self_test_program_static_and_symbolic(on):
     assert fastfake.stats()["functional_dispatch.stock.sync"] > 0  # (the view replay went to stock)
 
 
-def _program(rng: random.Random):
-    """A random function of views, in-place ops on views and bases, reductions,
-    multi-output ops, lists and scalars."""
-    steps = []
-    for _ in range(rng.randint(4, 14)):
-        steps.append(rng.choice([
-            "v = v.view(-1, 4).t().contiguous().t()",
-            "v = v * 2 + v.sum(dim=0, keepdim=True)",
-            "v = torch.cat(list(torch.split(v, 2, dim=1)), dim=1)",
-            "a, b = torch.max(v, 1); v = v + a.unsqueeze(1) + b.unsqueeze(1).float()",
-            "w = v.clone(); w[1:].mul_(3); v = v + w",
-            "w = v.clone(); u = w[:2]; w.add_(1); v = v + w + u.sum()",
-            "v = torch.nn.functional.layer_norm(v, (4,))",
-            "v = torch.where(v > 0, v, 0.25).relu()",
-            "v = v.unsqueeze(0).expand(2, -1, -1).sum(0)",
-            "v = torch.nn.functional.gelu(v) @ torch.ones(4, 4, device=v.device)",
-            "v = v.transpose(0, 1).reshape(4, -1).transpose(0, 1)",
-            "v = v.new_zeros(v.shape).index_put_((torch.tensor([0]),), v[0]) + v",
-            "v = torch.stack([v, v * 0.5]).mean(0)",
-            "v = (v.to(torch.float64) / 3).to(torch.float32)",
-        ]))
-    src = "def f(x, y):\n    v = x + y\n" + "".join(f"    {s}\n" for s in steps) + "    return v, v.sum()\n"
-    ns: dict = {"torch": torch}
-    exec(src, ns)  # noqa: S102
-    return ns["f"], src
-
-
 def test_long_random_sequence_in_one_process(on):
     rng = random.Random(20261202)
     served = fastfake.stats()["functional_dispatch.served"]
@@ -135,29 +88,12 @@ def test_long_random_sequence_in_one_process(on):
 
 
 def test_a_model_compiled_with_aot_eager(on, compile_state_restored):
-    from torch._dynamo.backends.common import aot_autograd
-
-    graphs: list = []
-
-    def boxed(gm, example_inputs):
-        graphs.append(gm.code)
-        return make_boxed_func(gm)
-
-    model = torch.nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
-    x = torch.randn(2, 5, 16)
-
-    def run(flag, dynamic):
-        fd.apply(flag)
-        torch._dynamo.reset()
-        graphs.clear()
-        backend = aot_autograd(fw_compiler=boxed, bw_compiler=boxed)
-        torch.compile(model, backend=backend, dynamic=dynamic)(x).sum().backward()
-        return list(graphs)
-
     for dynamic in (False, True):
-        want = run(False, dynamic)
+        fd.apply(False)
+        want = compiled_encoder(dynamic)
+        fd.apply(True)
         before = fastfake.stats()["functional_dispatch.served"]
-        assert run(True, dynamic) == want
+        assert compiled_encoder(dynamic) == want
         assert fastfake.stats()["functional_dispatch.served"] > before
 
 

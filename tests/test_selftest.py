@@ -16,6 +16,7 @@ from fastfake.common import compat as _compat
 from fastfake.tracing import fake_prop as _fake_prop
 from fastfake.tracing import pytree as _pytree
 from fastfake.tracing import functional_dispatch as _functional_dispatch
+from fastfake.tracing import proxy_dispatch as _proxy_dispatch
 from fastfake.store import records as _store
 from fastfake.cache import item_memo as _item_memo
 from fastfake.cache import rerun as _rerun
@@ -64,6 +65,8 @@ def test_passes_here_and_every_feature_served():
         expected.add("pytree")
     if _functional_dispatch.available():
         expected.add("functional_dispatch")
+    if _proxy_dispatch.available():
+        expected.add("proxy_dispatch")
     if _store.available():
         expected.add("store")
     if _frame_stack.available():

@@ -760,6 +760,34 @@ def functional_dispatch_proven() -> bool:
         return False
 
 
+#: Digest of the proxy mode's dispatch and what it calls
+#: (``stock_sources.proxy_dispatch_functions``) -> the releases
+#: csrc/tracing/proxy_dispatch.cpp was proven on.
+PROXY_DISPATCH_SOURCES: dict[str, str] = {
+    "cfb204b0a27da24b": "2.13.0",
+    # (the same functions' code spans, :func:`_code_span_source`)
+    "9ffa4170479d2be5": "2.13.0",
+}
+
+
+@functools.cache
+def proxy_dispatch_source_digest() -> str | None:
+    from fastfake.common.stock_sources import proxy_dispatch_functions
+
+    return _source_digest(lambda source: "\n--\n".join(source(fn) for fn in proxy_dispatch_functions()),
+                          PROXY_DISPATCH_SOURCES)
+
+
+def proxy_dispatch_proven() -> bool:
+    """The proxy mode dispatches as csrc/tracing/proxy_dispatch.cpp does: its
+    ``__torch_dispatch__`` and everything it calls are source-identical to a release
+    that was proven."""
+    try:
+        return proxy_dispatch_source_digest() in PROXY_DISPATCH_SOURCES
+    except (ImportError, KeyError, AttributeError):
+        return False
+
+
 def privateuse1_device() -> str:
     """The name an out-of-tree backend gave the PrivateUse1 device (TorchTPU:
     ``tpu``), "" while it has none (or this torch cannot say)."""

@@ -151,3 +151,37 @@ def functional_dispatch_functions() -> list[object]:
         vars(pd.TorchDispatchMode)["__init_subclass__"], torch._compile._disable_dynamo,
         vars(eval_frame.DisableContext)["__call__"], eval_frame._callback_from_stance,
     ]
+
+
+def proxy_dispatch_functions() -> list[object]:
+    """The stock code csrc/tracing/proxy_dispatch.cpp stands for: the proxy mode's
+    ``__torch_dispatch__`` (stock's own, also while fastfake's is in place: the
+    counting wrapper and the method), ``proxy_call`` and everything it does on the
+    plain path or the C method's proof of a no-op reads (the decomposition checks,
+    the mode's enter / exit, the proxy fetches, the output's tracking, the
+    original-aten context, the node's name)."""
+    import torch
+    from torch.fx import graph as fx_graph
+    from torch.fx import traceback as fx_traceback
+    from torch.fx.experimental import proxy_tensor as pt
+    from torch.fx.experimental import symbolic_shapes
+    from torch.fx.passes import shape_prop
+    from torch.utils import _python_dispatch as pd
+    from torch.utils import _stats
+
+    mode = pt.ProxyTorchDispatchMode
+    dispatch = ORIGINALS.get((mode, "__torch_dispatch__")) or vars(mode)["__torch_dispatch__"]
+    d = vars(mode)
+    tdm = vars(pd.TorchDispatchMode)
+    return [
+        dispatch, dispatch.__wrapped__, _stats.count, d["__init__"], d["__enter__"], d["__exit__"],
+        pt.set_original_aten_op.__wrapped__, fx_traceback.has_preserved_node_meta, pt.proxy_call,
+        pt.maybe_handle_decomp, pd.autograd_would_have_decomposed, vars(torch._ops.OpOverload)["decompose"],
+        vars(torch._ops.OpOverload)["__call__"], pt._fetch_proxies_and_all_constant_flag, pt.fetch_object_proxy,
+        pt.get_proxy_slot, pt.track_tensor_tree, pt.track_tensor, pt.set_meta, pt.extract_val, pt.is_fake,
+        pt._set_unbacked_bindings, symbolic_shapes.compute_unbacked_bindings, pt._enable_thunkify.__wrapped__,
+        pt._maybe_record_pointwise_barrier, shape_prop._extract_tensor_metadata,
+        tdm["__init__"], tdm["__enter__"], tdm["__exit__"], tdm["_lazy_init_old_dispatch_mode_flags"],
+        pd._unset_infra_mode, pd._push_mode, pd._pop_mode, vars(fx_graph.Graph)["_target_to_str"],
+        fx_graph._snake_case, fx_graph._is_magic,
+    ]

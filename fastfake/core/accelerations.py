@@ -250,6 +250,16 @@ ACCELERATIONS: tuple[Acceleration, ...] = (
         counts="ext:functional_dispatch_counts,functional_dispatch_set_counts",
         module="csrc/tracing/functional_dispatch.cpp, fastfake/tracing/functional_dispatch.py"),
     Acceleration(
+        "proxy_dispatch", "the proxy mode's dispatch",
+        "`ProxyTorchDispatchMode.__torch_dispatch__` (make_fx's recording of every op: AOTAutograd, export) for plain calls: an op that does not decompose, is in no decomposition table and is not data-dependent, on tracked tensors without constants",
+        "stock's method and everything it calls source-identical to a proven release, the module names it relies on checked per call; the node made by the tracer's own create_proxy, SymInt proxies, proxy slots, val and tensor_meta by stock's functions; self-test",
+        ("proxy_dispatch.served",), "proxy_dispatch.", "either",
+        available="fastfake.tracing.proxy_dispatch:available",
+        apply="fastfake.tracing.proxy_dispatch:apply",
+        crosscheck="stock's own predicates (decomposition table, autograd_would_have_decomposed and decompose, tensor types, tracked proxies, data-dependence, the node name) asked about every served call",
+        counts="ext:proxy_dispatch_counts,proxy_dispatch_set_counts",
+        module="csrc/tracing/proxy_dispatch.cpp, fastfake/tracing/proxy_dispatch.py"),
+    Acceleration(
         "real_inputs", "real inputs",
         "converting real tensor arguments under `allow_non_fake_inputs`",
         "the mode's own converter, as stock converts them",

@@ -944,6 +944,7 @@ def _groups() -> list[tuple[str, Program, bool, tuple[str, ...]]]:
         ("funcnames", _funcnames_program, False, ("cpu",)),
         ("config_attr", _config_attr_program, False, ("cpu",)),
         ("functional_dispatch", _functional_dispatch_program, True, ("cpu",)),
+        ("proxy_dispatch", _functional_dispatch_program, True, ("cpu",)),
         # (records learned in the other ShapeEnv are stored, and untracked, by the
         # tables; the results are stock's whether or not: it must serve)
         ("untrack", _portable_program, True, ("cpu",)),

@@ -1,0 +1,301 @@
+"""The proxy mode's dispatch in C (csrc/tracing/proxy_dispatch.cpp).
+
+What must hold: whole traces are stock's with it on -- AOTAutograd's forward and
+backward graphs (code, every node's metadata, the outputs' shapes), make_fx graphs
+in real, fake and symbolic mode, exported programs -- over the self-test's program
+and a long random sequence in one process (the per-op facts it keeps are reused
+across them); stock's call counter and the original-aten context end as stock's;
+what can change between calls (a decomposition table, a kernel registered for an
+op, a name of proxy_tensor replaced, constants) sends the calls to stock; errors
+are stock's; it serves; ``uninstall()`` puts stock's method back; the switch, the
+self-test (a fault) and an unproven release turn it off.
+"""
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+
+import fastfake
+from fastfake import _C
+from fastfake.core import selftest as _selftest
+from fastfake.tracing import proxy_dispatch as pd
+from aot_programs import compiled_encoder, describe, program, trace
+from faults import fault_turns_off_only, in_subprocess, switched_off, unknown_source_stays_stock
+
+pytestmark = pytest.mark.skipif(not pd.available(), reason="proxy_dispatch is not proven on this release")
+
+from torch.fx.experimental import proxy_tensor  # noqa: E402
+from torch.fx.experimental.proxy_tensor import ProxyTorchDispatchMode, make_fx  # noqa: E402
+
+STOCK = vars(ProxyTorchDispatchMode)["__torch_dispatch__"]
+
+
+@pytest.fixture
+def on():
+    fastfake.install()
+    assert fastfake.core.install.explain()["proxy_dispatch"] == "on"
+    yield
+    fastfake.uninstall()
+
+
+def _served() -> int:
+    return fastfake.stats()["proxy_dispatch.served"]
+
+
+def _make_fx(fn, inputs, mode: str, **kw) -> str:
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    FakeTensorMode.cache_clear()
+    return describe(make_fx(fn, tracing_mode=mode, **kw)(*inputs))
+
+
+def test_the_self_test_program_static_and_symbolic(on):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    def run(flag):
+        pd.apply(flag)
+        mode = FakeTensorMode(shape_env=ShapeEnv())
+        with mode:
+            return [(n, repr(r)) for n, _, r in _selftest._functional_dispatch_program(mode, "cpu")
+                    if n.startswith("AOTAutograd")]
+
+    want = run(False)
+    before = _served()
+    got = run(True)
+    assert got == want
+    assert _served() - before > 100
+    assert fastfake.stats()["proxy_dispatch.tracked_by_stock"] > 0  # (several outputs, symbolic sizes)
+
+
+def test_long_random_sequence_in_one_process(on):
+    """AOTAutograd traces and make_fx graphs (symbolic, fake) of random programs,
+    the C method off and on, in one process; the facts dropped now and then."""
+    rng = random.Random(20261203)
+    served = _served()
+    for i in range(24):
+        fn, src = program(rng)
+        rows = rng.choice([3, 5, 6])
+        dynamic = rng.random() < 0.5
+
+        def inputs():
+            g = torch.Generator().manual_seed(i)
+            return (torch.randn(rows, 4, generator=g, requires_grad=True), torch.randn(4, generator=g))
+
+        traces = {}
+        for flag in (False, True):
+            pd.apply(flag)
+            traces[flag] = (trace(fn, inputs(), dynamic), _make_fx(fn, inputs(), "symbolic" if dynamic else "fake"))
+        assert traces[True] == traces[False], src
+        if i % 7 == 6:
+            _C.proxy_dispatch_clear()
+    assert _served() - served > 600
+
+
+def test_a_model_compiled_with_aot_eager(on, compile_state_restored):
+    for dynamic in (False, True):
+        pd.apply(False)
+        want = compiled_encoder(dynamic)
+        pd.apply(True)
+        before = _served()
+        assert compiled_encoder(dynamic) == want
+        assert _served() > before
+
+
+def test_export_and_make_fx_modes(on):
+    """An exported program (its pre-dispatch trace is stock's; the decompositions'
+    trace is served), and make_fx in real mode (real tensors, constants)."""
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(4, 3)
+            self.register_buffer("b", torch.ones(3))
+
+        def forward(self, x):
+            y = self.lin(x).relu() + self.b
+            return torch.cat([y, y.t().contiguous().t()], 0).softmax(-1), y.max(1)
+
+    def exported(flag):
+        pd.apply(flag)
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        FakeTensorMode.cache_clear()
+        ep = torch.export.export(M(), (torch.randn(2, 4),)).run_decompositions()
+        return describe(ep.graph_module)
+
+    torch.manual_seed(0)
+    want = exported(False)
+    torch.manual_seed(0)
+    before = _served()
+    assert exported(True) == want
+    assert _served() > before
+
+    def f(x):
+        c = torch.tensor([1.0, 2.0, 3.0, 4.0])  # (a constant: its ops go to stock)
+        return (x * c).sum(0) + c.sum(), x.t() @ x
+
+    x = torch.randn(3, 4)
+    for mode in ("real", "fake", "symbolic"):
+        pd.apply(False)
+        want = _make_fx(f, (x,), mode)
+        pd.apply(True)
+        assert _make_fx(f, (x,), mode) == want, mode
+
+
+def test_a_decomposition_table_and_precision_barriers(on):
+    """Ops in the mode's decomposition table are stock's (the table decomposes them);
+    with emulate_precision_casts, stock's barrier pass marks the nodes it marks."""
+    import torch._inductor.config as inductor_config
+    from torch._decomp import get_decompositions
+
+    table = get_decompositions([torch.ops.aten.addmm, torch.ops.aten.gelu, torch.ops.aten._softmax])
+
+    def f(x, w, b):
+        return torch.nn.functional.gelu(torch.addmm(b, x, w)).softmax(-1).to(torch.bfloat16) * 2
+
+    inputs = (torch.randn(3, 4), torch.randn(4, 5), torch.randn(5))
+    for emulate in (False, True):
+        with inductor_config.patch(emulate_precision_casts=emulate):
+            pd.apply(False)
+            want = _make_fx(f, inputs, "fake", decomposition_table=table)
+            pd.apply(True)
+            stock_op = fastfake.stats()["proxy_dispatch.stock.op"]
+            assert _make_fx(f, inputs, "fake", decomposition_table=table) == want
+            assert fastfake.stats()["proxy_dispatch.stock.op"] > stock_op
+    assert "low_precision_pointwise_barrier" in want
+
+
+def test_counter_and_context_end_as_stocks(on):
+    from torch.fx import traceback as fx_traceback
+    from torch.utils._stats import simple_call_counter
+
+    def f(x):
+        return (x.sin() + 1).sum(0)
+
+    def run(flag):
+        pd.apply(flag)
+        simple_call_counter.clear()
+        with fx_traceback.preserve_node_meta():
+            g = _make_fx(f, (torch.randn(3, 4),), "symbolic")
+            meta = dict(fx_traceback.current_meta)
+        return g, dict(simple_call_counter), meta, proxy_tensor.ORIGINAL_ATEN.get()
+
+    run(False)  # (the process's first symbolic trace counts one fake dispatch more)
+    want = run(False)
+    assert want[1].get("ProxyTorchDispatchMode.__torch_dispatch__", 0) > 0
+    assert run(True) == want
+
+
+def test_what_changes_between_calls_sends_them_to_stock(on):
+    """A kernel in an op's py_kernels, a replaced name of proxy_tensor: read per call."""
+    r = in_subprocess(
+        """
+        import torch, fastfake
+        from torch.fx.experimental import proxy_tensor
+        from torch.fx.experimental.proxy_tensor import make_fx
+        from fastfake.tracing import proxy_dispatch as pd
+        fastfake.install()
+        def f(x):
+            return x.t().sin() * 2
+        def run():
+            return make_fx(f, tracing_mode="fake")(torch.randn(2, 3)).code
+        plain = run()
+        op = torch.ops.aten.t.default
+        DK = torch._C.DispatchKey.CompositeImplicitAutograd
+        called = []
+        def decomp(x):
+            called.append(1)
+            return torch.ops.aten.permute.default(x, [1, 0])
+        op.py_kernels[DK] = decomp
+        op._dispatch_cache.clear()
+        out = {}
+        for flag in (False, True):
+            pd.apply(flag)
+            called.clear()
+            out[flag] = (run(), len(called))
+        print("kernel:", out[False] == out[True], out[True][1] > 0)
+        del op.py_kernels[DK]
+        op._dispatch_cache.clear()
+        seen = []
+        stock_tree = proxy_tensor.track_tensor_tree
+        def tree(*a, **k):
+            seen.append(1)
+            return stock_tree(*a, **k)
+        proxy_tensor.track_tensor_tree = tree
+        before = fastfake.stats()["proxy_dispatch.stock.mode"]
+        print("patched:", run() == plain, len(seen) > 0, fastfake.stats()["proxy_dispatch.stock.mode"] > before)
+        proxy_tensor.track_tensor_tree = stock_tree
+        before = fastfake.stats()["proxy_dispatch.served"]
+        print("restored:", run() == plain, fastfake.stats()["proxy_dispatch.served"] > before)
+        """
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "kernel: True True" in r.stdout, r.stdout
+    assert "patched: True True True" in r.stdout and "restored: True True" in r.stdout, r.stdout
+
+
+def test_errors_are_stocks(on):
+    def f(x, y):
+        return torch.mm(x, y)
+
+    def attempt(flag):
+        pd.apply(flag)
+        try:
+            make_fx(f, tracing_mode="fake")(torch.ones(2, 3), torch.ones(2, 3))
+        except RuntimeError as e:
+            return type(e), str(e), proxy_tensor.ORIGINAL_ATEN.get()
+        return None
+
+    want = attempt(False)
+    assert want is not None
+    assert attempt(True) == want
+
+
+def test_subclassed_and_pre_dispatch_modes_are_stocks(on):
+    before = fastfake.stats()["proxy_dispatch.stock.mode"]
+
+    def f(x):
+        return (x + 1).t()
+
+    g = make_fx(f, tracing_mode="fake", pre_dispatch=True)(torch.randn(2, 3))
+    assert "aten.t" in g.code
+    assert fastfake.stats()["proxy_dispatch.stock.mode"] > before
+
+
+def test_crosscheck_runs_stocks_predicates(compile_state_restored):
+    fastfake.install(crosscheck=True)
+    try:
+        fn, _ = program(random.Random(3))
+        trace(fn, (torch.randn(5, 4, requires_grad=True), torch.randn(4)), True)
+        assert _served() > 0
+    finally:
+        fastfake.uninstall()
+
+
+def test_uninstall_puts_stocks_method_back():
+    assert vars(ProxyTorchDispatchMode)["__torch_dispatch__"] is STOCK
+    fastfake.install()
+    assert vars(ProxyTorchDispatchMode)["__torch_dispatch__"] is not STOCK
+    assert pd.is_installed()
+    fastfake.uninstall()
+    assert vars(ProxyTorchDispatchMode)["__torch_dispatch__"] is STOCK
+
+
+def test_switched_off():
+    assert switched_off("proxy_dispatch", "fastfake.tracing.proxy_dispatch.is_installed()") == "False"
+
+
+def test_the_self_test_fails_a_wrong_answer():
+    fault_turns_off_only(
+        "fastfake._C._inject_fault(1000, 'proxy_dispatch')", "proxy_dispatch", keep="cache",
+        still_on="fastfake.tracing.proxy_dispatch.is_installed()",
+    )
+
+
+def test_not_offered_on_code_it_was_not_proven_on():
+    unknown_source_stays_stock(
+        "PROXY_DISPATCH_SOURCES", "proxy_dispatch",
+        still_on="fastfake.tracing.proxy_dispatch.is_installed()",
+    )
