@@ -311,7 +311,8 @@ def run_world(plan: list[dict], world: str, out_path: str) -> None:
             import fastfake
 
             served = {k: v for k, v in fastfake.stats().items() if v and (
-                k.startswith("cache.symbolic.portable.served") or k in ("cache.hits", "elementwise.hits"))}
+                k.startswith("cache.symbolic.portable.served") or k in (
+                    "cache.hits", "elementwise.hits", "functional_dispatch.served", "proxy_dispatch.served"))}
             fh.write(json.dumps({"stats": served}) + "\n")
 
 
@@ -361,11 +362,17 @@ def _first_diff(a: Any, b: Any, path: str = "") -> str | None:
     return None if a == b else f"{path}: {str(a)[:600]!r} != {str(b)[:600]!r}"
 
 
+#: fastfake's counters of what it served in the last compared plan
+LAST_STATS: dict = {}
+
+
 def compare(plan: list[dict], env: dict | None = None) -> tuple[int, str, dict] | None:
     """(index of the first differing trace, the difference, fastfake's stats) or None."""
     stock = _run_process(plan, "stock")
     fast = _run_process(plan, "fastfake", env)
     stats = fast[-1].get("stats", {}) if fast and "stats" in fast[-1] else {}
+    LAST_STATS.clear()
+    LAST_STATS.update(stats)
     fast = [x for x in fast if "stats" not in x]
     for i, (a, b) in enumerate(zip(stock, fast)):
         d = _first_diff(a, b)
@@ -442,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = make_plan(a.seed, a.traces, tuple(a.tracers.split(",")))
     found = compare(plan)
     if found is None:
-        print(f"seed {a.seed}: {len(plan)} traces identical")
+        print(f"seed {a.seed}: {len(plan)} traces identical (fastfake served: {json.dumps(LAST_STATS, sort_keys=True)})")
         return 0
     i, d, stats = found
     print(f"seed {a.seed}: trace {i} differs ({plan[i]['tracer']}, B={plan[i]['B']}, S={plan[i]['S']}):\n  {d}")
