@@ -75,7 +75,7 @@ def test_long_random_sequence_in_one_process(on):
     the C method off and on, in one process; the facts dropped now and then."""
     rng = random.Random(20261203)
     served = _served()
-    for i in range(24):
+    for i in range(14):  # (each: four traces; the suite's time budget)
         fn, src = program(rng)
         rows = rng.choice([3, 5, 6])
         dynamic = rng.random() < 0.5
@@ -91,7 +91,7 @@ def test_long_random_sequence_in_one_process(on):
         assert traces[True] == traces[False], src
         if i % 7 == 6:
             _C.proxy_dispatch_clear()
-    assert _served() - served > 600
+    assert _served() - served > 300
 
 
 def test_a_model_compiled_with_aot_eager(on, compile_state_restored):
