@@ -249,7 +249,6 @@ bool module_names_hold() {
 struct Args {
   c10::SmallVector<PyObject*, 8> tensors; // borrowed, in pytree order
   c10::SmallVector<PyObject*, 8> proxies; // strong: each tensor's proxy
-  bool has_sym = false;
   ~Args() {
     for (PyObject* p : proxies) Py_DECREF(p);
   }
@@ -263,10 +262,7 @@ bool walk(PyObject* x, int depth, Args& a) {
     a.tensors.push_back(x);
     return true;
   }
-  if (plain_leaf(x)) {
-    if (is_sym(x)) a.has_sym = true;
-    return true;
-  }
+  if (plain_leaf(x)) return true;
   const bool tuple = PyTuple_CheckExact(x);
   if (depth > 0 || (!tuple && !PyList_CheckExact(x))) return false;
   const Py_ssize_t n = tuple ? PyTuple_GET_SIZE(x) : PyList_GET_SIZE(x);
