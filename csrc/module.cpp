@@ -744,12 +744,14 @@ PYBIND11_MODULE(_C, m) {
           functional_dispatch_inject_fault(n);
         } else if (kind == "proxy_dispatch") {
           proxy_dispatch_inject_fault(n);
+        } else if (kind == "proxy_dispatch_syms") {
+          proxy_dispatch_inject_sym_fault(n);
         } else {
           throw py::value_error(
               "_inject_fault: kind is 'dtype', 'device', 'convert', 'portable', 'portable_admit', "
               "'portable_commit', 'rerun', "
               "'symnode', 'symnode_expr', 'symnode_int', 'item_memo', 'pytree', 'config_attr', "
-              "'functional_dispatch' or 'proxy_dispatch'");
+              "'functional_dispatch', 'proxy_dispatch' or 'proxy_dispatch_syms'");
         }
       },
       py::arg("n"),

@@ -731,7 +731,8 @@ def _inject_fault(n: int, kind: str = "dtype") -> None:
     ``kind="functional_dispatch"``: the next ``n`` calls the C functional mode serves
     return the inner (unwrapped) outputs; ``kind="proxy_dispatch"``: the next ``n``
     calls the C proxy mode serves leave their output untracked (no proxy slot, no
-    ``val`` / ``tensor_meta``)."""
+    ``val`` / ``tensor_meta``); ``kind="proxy_dispatch_syms"``: the next ``n``
+    outputs with symbolic sizes it tracks leave their SymInts without proxy slots."""
 
 def _faults_requested() -> int:
     """Testing only: how many non-zero faults :func:`_inject_fault` was asked for in

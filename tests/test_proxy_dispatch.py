@@ -67,7 +67,8 @@ def test_the_self_test_program_static_and_symbolic(on):
     got = run(True)
     assert got == want
     assert _served() - before > 100
-    assert fastfake.stats()["proxy_dispatch.tracked_by_stock"] > 0  # (several outputs, symbolic sizes)
+    assert fastfake.stats()["proxy_dispatch.tracked_by_stock"] > 0  # (several outputs)
+    assert fastfake.stats()["proxy_dispatch.tracked.symbolic"] > 0
 
 
 def test_long_random_sequence_in_one_process(on):
@@ -142,6 +143,97 @@ def test_export_and_make_fx_modes(on):
         want = _make_fx(f, (x,), mode)
         pd.apply(True)
         assert _make_fx(f, (x,), mode) == want, mode
+
+
+class _Seen(torch.overrides.TorchFunctionMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.seen.append(getattr(func, "__name__", str(func)))
+        return func(*args, **(kwargs or {}))
+
+
+def _symbolic_outputs(x, y):
+    z = torch.cat([x, x]).view(-1, 2)[1:] * y[:1]  # sizes, strides and numel SymInts new to the tracer
+    g = torch.autograd.grad(z.sin().sum(), x)[0]
+    return g.t()[:, 1:], z.shape[0] * 2, g.numel() + z.stride(0)
+
+
+def _symbolic_trace(fn, flag: bool) -> str:
+    pd.apply(flag)
+    return _make_fx(fn, (torch.randn(6, 4, requires_grad=True), torch.randn(12)), "symbolic")
+
+
+def test_symbolic_outputs_tracked_as_stock_tracks_them(on):
+    """Outputs with symbolic sizes: their SymInts' slots (the thunks forced later into
+    sym_size / sym_stride / sym_numel nodes, first one wins) as stock's track_tensor
+    leaves them; a fault that leaves them unset is seen by the same comparison."""
+    want = _symbolic_trace(_symbolic_outputs, False)
+    assert "sym_size" in want and "sym_numel" in want
+    before = fastfake.stats()["proxy_dispatch.tracked.symbolic"]
+    assert _symbolic_trace(_symbolic_outputs, True) == want
+    assert fastfake.stats()["proxy_dispatch.tracked.symbolic"] - before >= 10
+    _C._inject_fault(1000, "proxy_dispatch_syms")
+    try:
+        try:
+            broken = _symbolic_trace(_symbolic_outputs, True)
+        except Exception as e:  # noqa: BLE001  (a SymInt without a proxy)
+            broken = repr(e)
+    finally:
+        _C._inject_fault(0, "proxy_dispatch_syms")
+    assert broken != want
+
+
+def test_symbolic_outputs_under_a_torch_function_mode_or_debug_log_are_stocks(on):
+    """Where a torch-function mode is on at the proxy mode (an op redispatched under
+    one), stock's reads of the output's sizes, strides, numel and offset run it; with
+    proxy_tensor's debug log shown, set_proxy_slot logs every SymInt: both stock's."""
+    import logging
+
+    seen: list = []
+
+    def under_mode(x, y):
+        z = torch.cat([x, x])
+        with _Seen() as m:
+            w = torch.ops.aten.sin.default.redispatch(torch._C._dispatch_keyset_full(), z)
+        seen.append(m.seen)
+        return w.t(), w.shape[0] + y.shape[0]
+
+    def run(fn, flag):
+        seen.clear()
+        return _symbolic_trace(fn, flag), [list(s) for s in seen]
+
+    want = run(under_mode, False)
+    assert any(name in ("stride", "numel", "storage_offset") for name in want[1][0])
+    before = fastfake.stats()["proxy_dispatch.tracked_by_stock"]
+    assert run(under_mode, True) == want
+    assert fastfake.stats()["proxy_dispatch.tracked_by_stock"] > before
+
+    class Keep(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__(logging.DEBUG)
+            self.msgs: list = []
+
+        def emit(self, record):
+            self.msgs.append(record.msg)
+
+    log = logging.getLogger(proxy_tensor.__name__)
+    level = log.level
+    keep = Keep()
+    log.addHandler(keep)
+    log.setLevel(logging.DEBUG)
+    try:
+        logged = {}
+        for flag in (False, True):
+            keep.msgs.clear()
+            logged[flag] = (_symbolic_trace(_symbolic_outputs, flag), list(keep.msgs))
+    finally:
+        log.removeHandler(keep)
+        log.setLevel(level)
+    assert logged[False][1].count("set_proxy_slot %s (%s) %s") > 10
+    assert logged[True] == logged[False]
 
 
 def test_a_decomposition_table_and_precision_barriers(on):

@@ -26,8 +26,10 @@
 // Then it does stock's steps in stock's order, with the tracer's own
 // `create_proxy` (every node meta stock's), stock's `fetch_sym_proxy` for SymInt
 // arguments, stock's `set_proxy_slot`, `snapshot_fake` and
-// `_extract_tensor_metadata` for an output that is one FakeTensor of static
-// shape, and stock's `track_tensor_tree` for any other output. prim.device is
+// `_extract_tensor_metadata` for an output that is one strided FakeTensor (its
+// SymInt sizes, strides, numel and offset given their slots as track_tensor
+// gives them, where no torch-function mode would see those reads), and stock's
+// `track_tensor_tree` for any other output. prim.device is
 // served as stock's method serves it (the count, the context, the call).
 // Anything else is stock's method, counted by reason.
 #include "tracing/proxy_dispatch.h"
@@ -39,6 +41,7 @@
 #include "tracing/mode_noop.h"
 #include "tracing/sequence.h"
 
+#include <ATen/PythonTorchFunctionTLS.h>
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/csrc/Device.h>
@@ -47,6 +50,7 @@
 #include <torch/csrc/MemoryFormat.h>
 #include <torch/csrc/PyInterpreter.h>
 #include <torch/csrc/autograd/python_variable.h>
+#include <torch/csrc/utils/pybind.h>
 
 #include <optional>
 #include <unordered_map>
@@ -88,9 +92,18 @@ struct State {
   PyObject* set_unbacked_bindings = nullptr;
   PyObject* pointwise_barrier = nullptr;
   PyObject* proxy_tensor_type = nullptr;
+  // a symbolic output's SymInts (track_tensor's try_set_proxy_slot)
+  PyObject* symnode_dict_type = nullptr;
+  PyObject* thunk_type = nullptr;
+  PyObject* partial = nullptr;
+  PyObject* sym_slot_proxy = nullptr;
+  PyObject* sym_ops = nullptr; // (sym_size.int, sym_stride.int, sym_numel.default, sym_storage_offset.default)
+  PyObject* log = nullptr;
+  PyObject* disabled_torch_function = nullptr;
   PyObject* check = nullptr;
   bool on = false;
   int fault = 0;
+  int sym_fault = 0;
 };
 State g;
 
@@ -127,6 +140,11 @@ struct Names {
   PyObject* original_aten;
   PyObject* has_preserved;
   PyObject* device;
+  PyObject* symnode_tracker;
+  PyObject* sym_node_dict;
+  PyObject* is_enabled_for;
+  PyObject* torch_function;
+  PyObject* debug_level;
 };
 
 const Names& names() {
@@ -163,6 +181,11 @@ const Names& names() {
       PyUnicode_InternFromString("original_aten"),
       PyUnicode_InternFromString("has_preserved_node_meta"),
       PyUnicode_InternFromString("device"),
+      PyUnicode_InternFromString("symnode_tracker"),
+      PyUnicode_InternFromString("sym_node_dict"),
+      PyUnicode_InternFromString("isEnabledFor"),
+      PyUnicode_InternFromString("__torch_function__"),
+      PyLong_FromLong(10), // logging.DEBUG
   };
   return n;
 }
@@ -176,11 +199,12 @@ enum Count : size_t {
   StockDecompose,
   StockState,
   TrackedByStock,
+  TrackedSymbolic,
   NumCounts
 };
 const char* const kCountNames[NumCounts] = {"served",          "served.device",  "stock.mode",
                                             "stock.op",        "stock.arguments", "stock.decompose",
-                                            "stock.state",     "tracked_by_stock"};
+                                            "stock.state",     "tracked_by_stock", "tracked.symbolic"};
 uint64_t g_counts[NumCounts] = {};
 
 struct Facts {
@@ -417,19 +441,104 @@ bool restore_thunkify(PyObject* tracer, PyObject* old, bool ok) {
   });
 }
 
-// track_tensor_tree(out, proxy, constant=None, tracer=tracer) for one FakeTensor
-// of static shape: _set_unbacked_bindings, track_tensor (only the tensor's slot:
-// no size, stride, numel or offset is a SymInt), set_meta. 1 done, 0 not such an
-// output (stock's function tracks it), -1 error.
-int track_static(PyObject* out, PyObject* proxy, PyObject* tracer) {
+// The dict of the tracer's _SymNodeDict (strong), or nullptr where a symbolic
+// output's SymInts are not tracked here: a torch-function mode is on (stock's
+// `tensor.shape`, `.stride()`, `.numel()` and `.storage_offset()` would run it),
+// FakeTensor has a __torch_function__ of its own, proxy_tensor's logger shows
+// debug records (set_proxy_slot logs even the SymInts it then leaves alone), or
+// the tracker is not stock's _SymNodeDict over a plain dict. Error: -1.
+int symnode_dict(PyObject* tracer, PyObject** dict) {
+  const Names& n = names();
+  *dict = nullptr;
+  if (at::impl::torch_function_mode_enabled()) return 0;
+  PyObject* tf = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(g.fake_type), n.torch_function);
+  if (tf != g.disabled_torch_function) return 0;
+  PyObject* enabled = PyObject_CallMethodOneArg(g.log, n.is_enabled_for, n.debug_level);
+  if (enabled == nullptr) return -1;
+  const int shows = PyObject_IsTrue(enabled);
+  Py_DECREF(enabled);
+  if (shows != 0) return shows < 0 ? -1 : 0;
+  PyObject* tracker = instance_attr(tracer, n.symnode_tracker);
+  if (tracker == nullptr || reinterpret_cast<PyObject*>(Py_TYPE(tracker)) != g.symnode_dict_type) return 0;
+  PyObject* d = instance_attr(tracker, n.sym_node_dict);
+  if (d == nullptr || !PyDict_CheckExact(d)) return 0;
+  Py_INCREF(d);
+  *dict = d;
+  return 1;
+}
+
+// track_tensor's try_set_proxy_slot(s, <lambda of `op`>, *index) for one size,
+// stride, numel or offset `s` of the output: a plain int is left; a SymInt whose
+// node the tracer knows keeps its proxy (set_proxy_slot never clobbers one, so
+// stock's thunk is made and dropped); any other gets stock's set_proxy_slot with
+// a Thunk of functools.partial(sym_slot_proxy, tracer, op, proxy, s, *index),
+// which computes what stock's lambda computes when forced. False: error.
+bool try_set_sym_slot(const c10::SymInt& si, PyObject* dict, PyObject* tracer, PyObject* op, PyObject* proxy,
+                      PyObject* index) {
+  if (!si.is_symbolic()) return true;
+  PyObject* s = py::cast(si).release().ptr();
+  if (s == nullptr) return false;
+  PyObject* node = PyObject_GetAttr(s, names().node);
+  const int known = node ? PyDict_Contains(dict, node) : -1;
+  Py_XDECREF(node);
+  bool ok = known >= 0;
+  if (ok && known == 0) {
+    PyObject* partial = index != nullptr
+        ? PyObject_CallFunctionObjArgs(g.partial, g.sym_slot_proxy, tracer, op, proxy, s, index, nullptr)
+        : PyObject_CallFunctionObjArgs(g.partial, g.sym_slot_proxy, tracer, op, proxy, s, nullptr);
+    PyObject* thunk = partial ? PyObject_CallOneArg(g.thunk_type, partial) : nullptr;
+    PyObject* r = thunk ? PyObject_CallFunctionObjArgs(g.set_proxy_slot, s, tracer, thunk, nullptr) : nullptr;
+    ok = r != nullptr;
+    Py_XDECREF(r);
+    Py_XDECREF(thunk);
+    Py_XDECREF(partial);
+  }
+  Py_DECREF(s);
+  return ok;
+}
+
+// track_tensor's loop over a symbolic output's sizes, strides, numel and storage
+// offset, in its order (numel is read after the strides' slots are set: a first
+// read computes it with SymNode operations the tracer records).
+bool track_syms(const at::Tensor& t, PyObject* dict, PyObject* tracer, PyObject* proxy) {
+  PyObject* ops[4];
+  for (int k = 0; k < 4; ++k) ops[k] = PyTuple_GET_ITEM(g.sym_ops, k);
+  auto each = [&](c10::SymIntArrayRef xs, PyObject* op) {
+    for (size_t i = 0; i < xs.size(); ++i) {
+      PyObject* index = PyLong_FromSize_t(i);
+      if (index == nullptr) return false;
+      const bool ok = try_set_sym_slot(xs[i], dict, tracer, op, proxy, index);
+      Py_DECREF(index);
+      if (!ok) return false;
+    }
+    return true;
+  };
+  return each(t.sym_sizes(), ops[0]) && each(t.sym_strides(), ops[1]) &&
+      try_set_sym_slot(t.sym_numel(), dict, tracer, ops[2], proxy, nullptr) &&
+      try_set_sym_slot(t.sym_storage_offset(), dict, tracer, ops[3], proxy, nullptr);
+}
+
+// track_tensor_tree(out, proxy, constant=None, tracer=tracer) for one strided
+// FakeTensor: _set_unbacked_bindings, track_tensor (the slots of its SymInt
+// sizes, strides, numel and offset where it has any, then the tensor's slot),
+// set_meta. 1 done, 0 not such an output (stock's function tracks it), -1 error.
+int track_one(PyObject* out, PyObject* proxy, PyObject* tracer) {
   const Names& n = names();
   if (reinterpret_cast<PyObject*>(Py_TYPE(out)) != g.fake_type || reinterpret_cast<PyObject*>(Py_TYPE(proxy)) != g.proxy_type) {
     return 0;
   }
   const at::Tensor& t = THPVariable_Unpack(out);
-  if (t.layout() != c10::kStrided || t.unsafeGetTensorImpl()->has_symbolic_sizes_strides()) return 0;
+  if (t.layout() != c10::kStrided) return 0;
+  PyObject* dict = nullptr;
+  if (t.unsafeGetTensorImpl()->has_symbolic_sizes_strides()) {
+    const int rc = symnode_dict(tracer, &dict);
+    if (rc <= 0) return rc;
+  }
   PyObject* node = PyObject_GetAttr(proxy, n.node);
-  if (node == nullptr) return -1;
+  if (node == nullptr) {
+    Py_XDECREF(dict);
+    return -1;
+  }
   PyObject* op = PyObject_GetAttr(node, n.op);
   PyObject* meta = op ? PyObject_GetAttr(node, n.meta) : nullptr;
   PyObject* ptracer = meta ? PyObject_GetAttr(proxy, n.tracer) : nullptr;
@@ -438,6 +547,7 @@ int track_static(PyObject* out, PyObject* proxy, PyObject* tracer) {
     Py_XDECREF(op);
     Py_XDECREF(meta);
     Py_XDECREF(ptracer);
+    Py_XDECREF(dict);
     return rc;
   };
   if (ptracer == nullptr) return done(-1);
@@ -451,6 +561,14 @@ int track_static(PyObject* out, PyObject* proxy, PyObject* tracer) {
     PyObject* r = PyObject_CallFunctionObjArgs(g.set_unbacked_bindings, out, proxy, nullptr);
     if (r == nullptr) return done(-1);
     Py_DECREF(r);
+  }
+  if (dict != nullptr) {
+    g_counts[TrackedSymbolic]++;
+    if (g.sym_fault > 0) {
+      g.sym_fault--;
+    } else if (!track_syms(t, dict, tracer, proxy)) {
+      return done(-1);
+    }
   }
   // track_tensor: set_proxy_slot(tensor, tracer, _ProxyTensor(proxy, constant))
   PyObject* pt = PyObject_CallFunctionObjArgs(g.proxy_tensor_type, proxy, Py_None, nullptr);
@@ -667,7 +785,7 @@ Outcome serve(PyObject* mode, PyObject* func, PyObject* args, PyObject* kwargs, 
   if (ok) {
     const bool fault = g.fault > 0;
     if (fault) g.fault--;
-    const int tracked = fault ? 1 : track_static(out, proxy_out, tracer);
+    const int tracked = fault ? 1 : track_one(out, proxy_out, tracer);
     if (tracked < 0) {
       ok = false;
     } else if (tracked == 0) {
@@ -760,6 +878,9 @@ int proxy_dispatch_setup(PyObject* refs) {
       {"target_to_str", &g.target_to_str}, {"dispatch_dict", &g.dispatch_dict},
       {"set_flag", &g.set_flag},           {"cia_key", &g.cia_key},
       {"pre_dispatch_proxy", &g.pre_dispatch_proxy},
+      {"thunk_type", &g.thunk_type},       {"partial", &g.partial},
+      {"sym_slot_proxy", &g.sym_slot_proxy}, {"sym_ops", &g.sym_ops},
+      {"disabled_torch_function", &g.disabled_torch_function},
   };
   for (const Slot& s : slots) {
     PyObject* v = item(refs, s.key);
@@ -767,7 +888,8 @@ int proxy_dispatch_setup(PyObject* refs) {
     hold_ref(*s.slot, v);
   }
   if (!PyTuple_Check(g.handled_types) || !PyTuple_Check(g.sym_types) || !PyContextVar_CheckExact(g.original_aten) ||
-      !PyDict_Check(g.module_dict) || !PyDict_Check(g.stats_dict) || !PyDict_Check(g.traceback_dict)) {
+      !PyDict_Check(g.module_dict) || !PyDict_Check(g.stats_dict) || !PyDict_Check(g.traceback_dict) ||
+      !PyTuple_Check(g.sym_ops) || PyTuple_GET_SIZE(g.sym_ops) != 4) {
     PyErr_SetString(PyExc_TypeError, "fastfake: proxy_dispatch_setup: unexpected kinds of objects");
     return -1;
   }
@@ -797,6 +919,8 @@ int proxy_dispatch_setup(PyObject* refs) {
       {"_set_unbacked_bindings", &g.set_unbacked_bindings},
       {"_maybe_record_pointwise_barrier", &g.pointwise_barrier},
       {"_ProxyTensor", &g.proxy_tensor_type},
+      {"_SymNodeDict", &g.symnode_dict_type},
+      {"log", &g.log},
   };
   for (const Slot& s : calls) {
     PyObject* v2 = item(bound, s.key);
@@ -837,6 +961,10 @@ void proxy_dispatch_set_counts(const std::map<std::string, uint64_t>& counts) {
 
 void proxy_dispatch_inject_fault(int n) {
   g.fault = n;
+}
+
+void proxy_dispatch_inject_sym_fault(int n) {
+  g.sym_fault = n;
 }
 
 } // namespace fastfake

@@ -50,5 +50,7 @@ void proxy_dispatch_set_counts(const std::map<std::string, uint64_t>& counts);
 // Testing only: the next n served calls leave their output untracked (no proxy
 // slot, no node meta).
 void proxy_dispatch_inject_fault(int n);
+// Testing: the next n symbolic outputs tracked here leave their SymInts' slots unset.
+void proxy_dispatch_inject_sym_fault(int n);
 
 } // namespace fastfake

@@ -764,9 +764,9 @@ def functional_dispatch_proven() -> bool:
 #: (``stock_sources.proxy_dispatch_functions``) -> the releases
 #: csrc/tracing/proxy_dispatch.cpp was proven on.
 PROXY_DISPATCH_SOURCES: dict[str, str] = {
-    "cfb204b0a27da24b": "2.13.0",
+    "91ab7a45814020f7": "2.13.0",
     # (the same functions' code spans, :func:`_code_span_source`)
-    "9ffa4170479d2be5": "2.13.0",
+    "8c484e0d75712c82": "2.13.0",
 }
 
 

@@ -168,6 +168,7 @@ def proxy_dispatch_functions() -> list[object]:
     from torch.fx.passes import shape_prop
     from torch.utils import _python_dispatch as pd
     from torch.utils import _stats
+    from torch.utils import _thunk
 
     mode = pt.ProxyTorchDispatchMode
     dispatch = ORIGINALS.get((mode, "__torch_dispatch__")) or vars(mode)["__torch_dispatch__"]
@@ -184,4 +185,7 @@ def proxy_dispatch_functions() -> list[object]:
         tdm["__init__"], tdm["__enter__"], tdm["__exit__"], tdm["_lazy_init_old_dispatch_mode_flags"],
         pd._unset_infra_mode, pd._push_mode, pd._pop_mode, vars(fx_graph.Graph)["_target_to_str"],
         fx_graph._snake_case, fx_graph._is_magic,
+        # a symbolic output's SymInt slots (track_tensor's try_set_proxy_slot)
+        pt.set_proxy_slot, pt.thunkify, pt.is_sparse_any, vars(pt._SymNodeDict)["__contains__"],
+        vars(pt._SymNodeDict)["__setitem__"], vars(pt._SymNodeDict)["__init__"], vars(_thunk.Thunk)["__init__"],
     ]

@@ -22,7 +22,11 @@ lists, every tensor tracked without a constant; no decomposition -- doing stock'
 steps in stock's order. What makes the graph stays stock's: the tracer's own
 ``create_proxy`` (names, arguments, every node meta), ``fetch_sym_proxy`` for a
 SymInt argument, ``set_proxy_slot``, ``snapshot_fake`` and
-``_extract_tensor_metadata`` for an output that is one FakeTensor of static shape,
+``_extract_tensor_metadata`` for an output that is one strided FakeTensor (with
+symbolic sizes: each SymInt size, stride, numel and offset whose node the tracer
+does not know yet gets stock's ``set_proxy_slot`` with a thunk computing what
+stock's lambda computes; where a torch-function mode is on, which would see
+stock's reads of them, or proxy_tensor's debug log is shown, stock's function),
 ``track_tensor_tree`` for any other output, ``_maybe_record_pointwise_barrier``
 where it can do something. ``prim.device`` is served as stock serves it. Every
 other call is stock's method, counted by reason.
@@ -37,7 +41,8 @@ served call first.
 Counters (``stats()``): ``proxy_dispatch.served``, ``proxy_dispatch.served.device``,
 ``proxy_dispatch.stock.<reason>`` (``mode``, ``op``, ``arguments``, ``decompose``,
 ``state``), ``proxy_dispatch.tracked_by_stock`` (served calls whose outputs stock's
-``track_tensor_tree`` tracked: several outputs, symbolic sizes).
+``track_tensor_tree`` tracked: several outputs, a torch-function mode on),
+``proxy_dispatch.tracked.symbolic`` (outputs with symbolic sizes tracked in C).
 """
 from __future__ import annotations
 
@@ -59,7 +64,7 @@ MODULE_NAMES = (
     "_enable_thunkify", "track_tensor_tree", "track_tensor", "set_meta", "extract_val", "is_fake",
     "snapshot_fake", "set_proxy_slot", "_extract_tensor_metadata", "_set_unbacked_bindings",
     "_maybe_record_pointwise_barrier", "_ProxyTensor", "HANDLED_TYPES", "ORIGINAL_ATEN", "fx_traceback",
-    "prim", "_unset_infra_mode",
+    "prim", "_unset_infra_mode", "thunkify", "is_sparse_any", "_SymNodeDict", "log",
 )
 
 
@@ -93,6 +98,13 @@ def facts(func: Any) -> tuple | None:
 def sym_proxy(tracer: Any, e: Any) -> Any:
     """Stock's proxy (or constant) of a SymInt / SymFloat / SymBool argument."""
     return _pt().fetch_sym_proxy(tracer)(e)
+
+
+def sym_slot_proxy(tracer: Any, op: Any, proxy: Any, x: Any, *index: int) -> Any:
+    """What the thunk of a SymInt size / stride / numel / offset computes in stock's
+    ``track_tensor`` when forced: the node of ``op(proxy, *index)``, ``x`` its val
+    (stock's lambdas, with what they close over passed in)."""
+    return _pt().set_meta(tracer.create_proxy("call_function", op, (proxy, *index), {}), x)
 
 
 def check(mode: Any, func: Any, args: tuple, kwargs: dict) -> bool:
@@ -158,7 +170,9 @@ def _setup() -> Any:
         from torch._subclasses.fake_tensor import FakeTensor
         from torch.fx import traceback as fx_traceback
         from torch.utils import _python_dispatch, _stats
+        from torch.utils._thunk import Thunk
 
+        aten = torch.ops.aten
         pt = _pt()
         stock = _stock_method()
         inner = getattr(stock, "__wrapped__", None)
@@ -177,6 +191,10 @@ def _setup() -> Any:
             "cia_key": torch._C.DispatchKey.CompositeImplicitAutograd,
             "pre_dispatch_proxy": functools.partial(_get_dispatch_mode_pre_dispatch,
                                                     torch._C._TorchDispatchModeKey.PROXY),
+            "thunk_type": Thunk, "partial": functools.partial, "sym_slot_proxy": sym_slot_proxy,
+            "sym_ops": (aten.sym_size.int, aten.sym_stride.int, aten.sym_numel.default,
+                        aten.sym_storage_offset.default),
+            "disabled_torch_function": torch._C._disabled_torch_function_impl,
         })
         _DESCRIPTOR.append(_C.proxy_dispatch_function())
     return _DESCRIPTOR[0]
