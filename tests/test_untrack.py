@@ -13,8 +13,17 @@ from torch.fx.experimental.proxy_tensor import make_fx
 from torch.fx.experimental.symbolic_shapes import ShapeEnv
 
 import fastfake
+import parity
 from fastfake import _C
+from fastfake.common import compat as _compat
 from faults import fault_turns_off_only, switched_off
+
+# (untrack needs cache_portable: the records it keeps out of the collector are the
+# symbolic cache's, offered where the portable entries are known)
+pytestmark = [
+    parity.requires_symbolic_cache,
+    pytest.mark.skipif(not _compat.portable_entries_known(), reason="no portable entries on this release"),
+]
 
 
 @pytest.fixture
