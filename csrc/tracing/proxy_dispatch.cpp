@@ -46,6 +46,7 @@
 #include <c10/core/impl/TorchDispatchModeTLS.h>
 #include <torch/csrc/Device.h>
 #include <torch/csrc/Dtype.h>
+#include <torch/csrc/Exceptions.h>
 #include <torch/csrc/Layout.h>
 #include <torch/csrc/MemoryFormat.h>
 #include <torch/csrc/PyInterpreter.h>
@@ -472,7 +473,8 @@ int symnode_dict(PyObject* tracer, PyObject** dict) {
 // node the tracer knows keeps its proxy (set_proxy_slot never clobbers one, so
 // stock's thunk is made and dropped); any other gets stock's set_proxy_slot with
 // a Thunk of functools.partial(sym_slot_proxy, tracer, op, proxy, s, *index),
-// which computes what stock's lambda computes when forced. False: error.
+// which computes what stock's lambda computes when forced. False: error (a C++
+// error thrown here is translated by track_syms, its only caller).
 bool try_set_sym_slot(const c10::SymInt& si, PyObject* dict, PyObject* tracer, PyObject* op, PyObject* proxy,
                       PyObject* index) {
   if (!si.is_symbolic()) return true;
@@ -499,8 +501,11 @@ bool try_set_sym_slot(const c10::SymInt& si, PyObject* dict, PyObject* tracer, P
 
 // track_tensor's loop over a symbolic output's sizes, strides, numel and storage
 // offset, in its order (numel is read after the strides' slots are set: a first
-// read computes it with SymNode operations the tracer records).
+// read computes it with SymNode operations the tracer records). A C++ error of a
+// read (a SymNode operation's Python error, a c10 error) becomes the Python error
+// stock's binding of that read raises (torch's own translation). False: error.
 bool track_syms(const at::Tensor& t, PyObject* dict, PyObject* tracer, PyObject* proxy) {
+  HANDLE_TH_ERRORS
   PyObject* ops[4];
   for (int k = 0; k < 4; ++k) ops[k] = PyTuple_GET_ITEM(g.sym_ops, k);
   auto each = [&](c10::SymIntArrayRef xs, PyObject* op) {
@@ -516,6 +521,7 @@ bool track_syms(const at::Tensor& t, PyObject* dict, PyObject* tracer, PyObject*
   return each(t.sym_sizes(), ops[0]) && each(t.sym_strides(), ops[1]) &&
       try_set_sym_slot(t.sym_numel(), dict, tracer, ops[2], proxy, nullptr) &&
       try_set_sym_slot(t.sym_storage_offset(), dict, tracer, ops[3], proxy, nullptr);
+  END_HANDLE_TH_ERRORS_RET(false)
 }
 
 // track_tensor_tree(out, proxy, constant=None, tracer=tracer) for one strided
