@@ -478,16 +478,29 @@ int symnode_dict(PyObject* tracer, PyObject** dict) {
 bool try_set_sym_slot(const c10::SymInt& si, PyObject* dict, PyObject* tracer, PyObject* op, PyObject* proxy,
                       PyObject* index) {
   if (!si.is_symbolic()) return true;
+  // the node `torch.SymInt(...).node` would be (py_sym_node: nullptr for a SymNode
+  // that is not Python's, whose node only the wrapper made by py::cast has)
+  PyObject* node = py_sym_node(si.toSymNodeImplUnowned());
+  if (node != nullptr) {
+    const int known = PyDict_Contains(dict, node);
+    if (known != 0) return known > 0;
+  }
   PyObject* s = py::cast(si).release().ptr();
   if (s == nullptr) return false;
-  PyObject* node = PyObject_GetAttr(s, names().node);
-  const int known = node ? PyDict_Contains(dict, node) : -1;
-  Py_XDECREF(node);
-  bool ok = known >= 0;
-  if (ok && known == 0) {
-    PyObject* partial = index != nullptr
-        ? PyObject_CallFunctionObjArgs(g.partial, g.sym_slot_proxy, tracer, op, proxy, s, index, nullptr)
-        : PyObject_CallFunctionObjArgs(g.partial, g.sym_slot_proxy, tracer, op, proxy, s, nullptr);
+  bool ok = true;
+  if (node == nullptr) {
+    PyObject* wrapped = PyObject_GetAttr(s, names().node);
+    const int known = wrapped ? PyDict_Contains(dict, wrapped) : -1;
+    Py_XDECREF(wrapped);
+    ok = known == 0;
+    if (known > 0) {
+      Py_DECREF(s);
+      return true;
+    }
+  }
+  if (ok) {
+    PyObject* argv[6] = {g.sym_slot_proxy, tracer, op, proxy, s, index};
+    PyObject* partial = PyObject_Vectorcall(g.partial, argv, index != nullptr ? 6 : 5, nullptr);
     PyObject* thunk = partial ? PyObject_CallOneArg(g.thunk_type, partial) : nullptr;
     PyObject* r = thunk ? PyObject_CallFunctionObjArgs(g.set_proxy_slot, s, tracer, thunk, nullptr) : nullptr;
     ok = r != nullptr;
