@@ -391,6 +391,12 @@ PYBIND11_MODULE(_C, m) {
       },
       "Binds Dynamo's frame-callback getter and torch._dynamo.eval_frame's dict.");
   m.def(
+      "setup_functional_dispatch_variant",
+      [](py::handle preserve_keys, py::handle alias_op, py::handle detach_op, bool effect_first) {
+        functional_dispatch_setup_variant(preserve_keys.ptr(), alias_op.ptr(), detach_op.ptr(), effect_first);
+      },
+      "Binds what the release adds to the functional mode's plain path (compat.functional_dispatch_variant).");
+  m.def(
       "functional_dispatch_function",
       []() { return steal_or_throw(functional_dispatch_function()); },
       "What FunctionalTensorMode.__torch_dispatch__ becomes (csrc/tracing/functional_dispatch.cpp).");

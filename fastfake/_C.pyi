@@ -582,6 +582,13 @@ def setup_functional_dispatch_dynamo(get_callback: Any, eval_frame_dict: dict) -
     ``torch._dynamo.eval_frame``'s dict: a call is served only where stock's
     ``torch._disable_dynamo`` wrapper would change nothing (no callback, the default stance)."""
 
+def setup_functional_dispatch_variant(preserve_keys: Any, alias_op: Any, detach_op: Any, effect_first: bool) -> None:
+    """Bind what the release adds to the plain path (``compat.functional_dispatch_variant``):
+    the callable run after ``aten.alias`` / ``aten.detach`` of one FunctionalTensor
+    (2.14+: the input's FakeTensor ``dispatch_keys`` given to the outputs'; None where
+    the release has no such step) and whether ``has_effects`` reads the effect registry
+    before ``has_aliasing`` (2.15)."""
+
 def functional_dispatch_function() -> Any:
     """What ``FunctionalTensorMode.__torch_dispatch__`` becomes: a method descriptor
     serving the plain path and calling stock's method for everything else."""
@@ -608,7 +615,11 @@ def setup_proxy_dispatch(refs: dict) -> None:
     dict and label, ``torch.fx.traceback``'s dict, ``ORIGINAL_ATEN``, ``prim.device``,
     the types it compares with, stock's ``Graph._target_to_str``, the
     compile-internals flag's setter, a dispatch key, the pre-dispatch proxy-mode
-    getter; csrc/tracing/proxy_dispatch.h lists them)."""
+    getter; csrc/tracing/proxy_dispatch.h lists them). What a release adds
+    (``compat.proxy_dispatch_variant``): ``module_names["_coor_enabled"]`` (2.14+:
+    a call with a ``torch.device`` argument is stock's while it answers true) and
+    ``refs["pyobj_dispatcher"]`` (2.14+: an op with a ``_pyobj_dispatcher`` is called
+    through its ``__call__``)."""
 
 def proxy_dispatch_function() -> Any:
     """What ``ProxyTorchDispatchMode.__torch_dispatch__`` becomes: a method descriptor

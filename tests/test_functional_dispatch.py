@@ -134,6 +134,55 @@ def test_an_effect_registered_later_sends_the_op_to_stock(on):
     assert "same: True True" in r.stdout and "after: True" in r.stdout, r.stdout
 
 
+def _detached_keys(mode_cls=None):
+    """alias / detach of FunctionalTensors over a FakeTensor that carries
+    ``dispatch_keys`` (as one made from an mkldnn tensor does) and over one that does
+    not: the dispatch_keys each output's FakeTensor ends with."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    fake_mode = FakeTensorMode()
+    real = fake_mode.from_tensor(torch.randn(3, 4))
+    real.dispatch_keys = torch._C._dispatch_keys(torch.randn(1))
+    with fake_mode:
+        fresh = torch.empty(3, 4)
+    out = []
+    with fake_mode, FunctionalTensorMode():
+        for x in (real, fresh):
+            f = FunctionalTensor.to_functional(x)
+            for y in (f.detach(), torch.ops.aten.alias.default(f), f.detach().detach()):
+                inner = torch._from_functional_tensor(y.elem)
+                out.append(repr(inner.dispatch_keys))
+    return out
+
+
+def test_alias_and_detach_keep_dispatch_keys_as_stock_does(on):
+    """2.14+ gives alias / detach outputs of a FunctionalTensor the dispatch_keys of
+    the input's FakeTensor (2.13's functional mode leaves them as its fake mode makes them): the C method does as the
+    release's stock does, and a C method without that step would differ there."""
+    fd.apply(False)
+    want = _detached_keys()
+    fd.apply(True)
+    before = fastfake.stats()["functional_dispatch.served"]
+    got = _detached_keys()
+    assert fastfake.stats()["functional_dispatch.served"] - before >= 6
+    assert got == want
+    from fastfake.common import compat
+
+    if compat.functional_dispatch_variant()["preserve_dispatch_keys"]:
+        assert want[0] != "None" and want[3] == "None", want
+        aten = torch.ops.aten
+        _C.setup_functional_dispatch_variant(None, aten.alias.default, aten.detach.default,
+                                             compat.functional_dispatch_variant()["effect_first"])
+        try:
+            assert _detached_keys() != want
+        finally:
+            _C.setup_functional_dispatch_variant(fd.preserve_dispatch_keys, aten.alias.default, aten.detach.default,
+                                                 compat.functional_dispatch_variant()["effect_first"])
+        assert _detached_keys() == want
+    else:
+        assert want[3:] == ["None"] * 3, want
+
+
 def test_a_kernel_registered_later_sends_the_op_to_stock(on):
     """A CompositeImplicitAutograd kernel put in an op's py_kernels after the mode
     served it: stock's decompose runs it (and what it calls then is stock's too)."""

@@ -328,6 +328,77 @@ def test_what_changes_between_calls_sends_them_to_stock(on):
     assert "patched: True True True" in r.stdout and "restored: True True" in r.stdout, r.stdout
 
 
+@pytest.mark.skipif(not hasattr(torch.compiler.config, "compile_on_one_rank"),
+                    reason="this release's proxy_call has no compile-on-one-rank device rewrite")
+def test_device_arguments_under_compile_on_one_rank_are_stocks(on):
+    """2.14+'s proxy_call rewrites (or refuses) a torch.device argument while
+    ``torch.compiler.config.compile_on_one_rank`` is on: such a call is stock's (here,
+    with no accelerator, stock's error), and served as before with it off."""
+    def f(x):
+        return x.sin(), torch.ones(3, device="cuda")
+
+    def attempt(flag, coor):
+        pd.apply(flag)
+        with torch.compiler.config.patch(compile_on_one_rank=coor):
+            try:
+                return _make_fx(f, [torch.randn(3)], "fake")
+            except Exception as e:  # noqa: BLE001
+                return f"{type(e).__name__}: {e}"
+
+    for coor in (False, True):
+        want = attempt(False, coor)
+        stock_args = fastfake.stats()["proxy_dispatch.stock.arguments"]
+        served = _served()
+        got = attempt(True, coor)
+        assert got == want, coor
+        if coor:
+            assert "device_as_parameter" in want, want
+            assert fastfake.stats()["proxy_dispatch.stock.arguments"] > stock_args
+        else:
+            assert _served() - served >= 2
+
+
+@pytest.mark.skipif(not hasattr(torch.ops.aten.sin.default, "_pyobj_dispatcher"),
+                    reason="this release's OpOverload has no _pyobj_dispatcher")
+def test_an_op_with_a_pyobj_dispatcher_is_called_through_its_call(on, monkeypatch):
+    """2.14+'s OpOverload.__call__ goes to ``_cpp_dispatch_handle`` instead of ``_op``
+    while the op has a ``_pyobj_dispatcher`` and the dispatcher's TLS says to skip
+    torch functions: the C method calls such an op through ``__call__``, as
+    proxy_call does (``_op`` counted: stock's calls of it are the C method's)."""
+    op = torch.ops.aten.sin.default
+    was = op._pyobj_dispatcher is not None
+    op._enable_pyobj_dispatch(True)
+    assert op._pyobj_dispatcher is not None
+    inner = op._op
+    calls = []
+
+    def counted(*a, **k):
+        calls.append(1)
+        return inner(*a, **k)
+
+    monkeypatch.setattr(op, "_op", counted)
+    try:
+        def f(x):
+            return x.sin() * 2
+
+        out = {}
+        for skip in (False, True):
+            monkeypatch.setattr(torch._C, "_peek_should_skip_torch_function", lambda skip=skip: skip)
+            for flag in (False, True):
+                pd.apply(flag)
+                calls.clear()
+                served = _served()
+                code = _make_fx(f, [torch.randn(3)], "fake")
+                out[skip, flag] = (code, len(calls), _served() - served > 0)
+            assert out[skip, True][:1] == out[skip, False][:1] and out[skip, True][2]
+        # (with the flag on, no _op call from proxy_call; off, one per call of the op)
+        assert out[True, False][1] == 0 and out[False, False][1] >= 1
+        assert out[True, True][1] == 0, out
+    finally:
+        monkeypatch.undo()
+        op._enable_pyobj_dispatch(was)
+
+
 def test_errors_are_stocks(on):
     def f(x, y):
         return torch.mm(x, y)

@@ -79,6 +79,14 @@ struct State {
   PyObject* check = nullptr;
   PyObject* get_callback = nullptr; // torch._C._dynamo.eval_frame.get_eval_frame_callback
   PyObject* eval_frame_dict = nullptr; // torch._dynamo.eval_frame.__dict__
+  // what a release adds (fastfake/common/compat.py, functional_dispatch_variant):
+  // 2.14+ gives alias / detach of a FunctionalTensor the input's FakeTensor
+  // dispatch_keys (fastfake/tracing/functional_dispatch.py, preserve_dispatch_keys);
+  // 2.15 asks the effect registry before has_aliasing
+  PyObject* preserve_keys = nullptr;
+  PyObject* alias_op = nullptr;
+  PyObject* detach_op = nullptr;
+  bool effect_first = false;
   c10::DispatchKeySet extra_keys;
   bool on = false;
   int fault = 0;
@@ -443,12 +451,14 @@ Outcome serve(PyObject* mode, PyObject* func, PyObject* types, PyObject* args, P
   } catch (const std::exception&) {
     return give_up(StockDecompose);
   }
-  // no effects
-  if (!f->has_aliasing) {
+  // no effects (where has_effects asks the registry first, an aliasing op's entry
+  // must be there too: stock's lookup would make it)
+  if (!f->has_aliasing || g.effect_first) {
     PyObject* data = instance_attr(g.registry, s_data);
     PyObject* entry = data && PyDict_CheckExact(data) ? PyDict_GetItemWithError(data, f->qualname) : nullptr;
     PyObject* holder = entry ? instance_attr(entry, s_effect) : nullptr;
-    if (holder == nullptr || instance_attr(holder, s_effect_field) != Py_None) return give_up(StockEffects);
+    if (holder == nullptr) return give_up(StockEffects);
+    if (!f->has_aliasing && instance_attr(holder, s_effect_field) != Py_None) return give_up(StockEffects);
   }
   if (functionalize_active()) return give_up(StockState);
   int sync = 0;
@@ -537,6 +547,15 @@ Outcome serve(PyObject* mode, PyObject* func, PyObject* types, PyObject* args, P
     PyErr_SetString(PyExc_AssertionError,
                     "Functionalization should not already be enabled above this mode after dispatch");
     return Outcome::Error;
+  }
+  if (g.preserve_keys != nullptr && (func == g.alias_op || func == g.detach_op) && PyTuple_GET_SIZE(args) == 1 &&
+      PyObject_TypeCheck(PyTuple_GET_ITEM(args, 0), reinterpret_cast<PyTypeObject*>(g.tensor_type))) {
+    PyObject* r = PyObject_CallFunctionObjArgs(g.preserve_keys, PyTuple_GET_ITEM(args, 0), wrapped, nullptr);
+    if (r == nullptr) {
+      Py_DECREF(wrapped);
+      return Outcome::Error;
+    }
+    Py_DECREF(r);
   }
   if (!any_functional || !f->alias_fix) {
     *result = wrapped;
@@ -634,6 +653,14 @@ std::string functional_dispatch_setup(PyObject* mode_type, PyObject* tensor_type
 void functional_dispatch_setup_dynamo(PyObject* get_callback, PyObject* eval_frame_dict) {
   hold_ref(g.get_callback, get_callback);
   hold_ref(g.eval_frame_dict, eval_frame_dict);
+}
+
+void functional_dispatch_setup_variant(PyObject* preserve_keys, PyObject* alias_op, PyObject* detach_op,
+                                       bool effect_first) {
+  hold_ref(g.preserve_keys, preserve_keys);
+  hold_ref(g.alias_op, alias_op);
+  hold_ref(g.detach_op, detach_op);
+  g.effect_first = effect_first;
 }
 
 PyObject* functional_dispatch_function() {

@@ -30,6 +30,10 @@ std::string functional_dispatch_setup(PyObject* mode_type, PyObject* tensor_type
 // a call is served only where stock's torch._disable_dynamo wrapper would change
 // nothing (no callback set, the default stance). Until bound, nothing is served.
 void functional_dispatch_setup_dynamo(PyObject* get_callback, PyObject* eval_frame_dict);
+// What a release adds to the plain path: the alias / detach dispatch-key step
+// (a callable, or None where the release has none) and has_effects' order.
+void functional_dispatch_setup_variant(PyObject* preserve_keys, PyObject* alias_op, PyObject* detach_op,
+                                       bool effect_first);
 // What FunctionalTensorMode.__torch_dispatch__ becomes (a method descriptor).
 // New reference.
 PyObject* functional_dispatch_function();

@@ -102,6 +102,10 @@ struct State {
   PyObject* log = nullptr;
   PyObject* disabled_torch_function = nullptr;
   PyObject* check = nullptr;
+  // 2.14+: stock's _coor_enabled (proxy_call's device-as-parameter rewrite), nullptr
+  // on a release without it; OpOverload.__call__ asks `_pyobj_dispatcher` first
+  PyObject* coor_enabled = nullptr;
+  bool pyobj_dispatcher = false;
   bool on = false;
   int fault = 0;
   int sym_fault = 0;
@@ -130,6 +134,7 @@ struct Names {
   PyObject* val;
   PyObject* tensor_meta;
   PyObject* op_attr; // OpOverload._op
+  PyObject* pyobj_dispatcher; // OpOverload._pyobj_dispatcher (2.14+)
   PyObject* decomp_layers;
   PyObject* emulate;
   PyObject* shape_env;
@@ -171,6 +176,7 @@ const Names& names() {
       PyUnicode_InternFromString("val"),
       PyUnicode_InternFromString("tensor_meta"),
       PyUnicode_InternFromString("_op"),
+      PyUnicode_InternFromString("_pyobj_dispatcher"),
       PyUnicode_InternFromString("decomp_layers"),
       PyUnicode_InternFromString("emulate_precision_casts"),
       PyUnicode_InternFromString("shape_env"),
@@ -274,6 +280,7 @@ bool module_names_hold() {
 struct Args {
   c10::SmallVector<PyObject*, 8> tensors; // borrowed, in pytree order
   c10::SmallVector<PyObject*, 8> proxies; // strong: each tensor's proxy
+  bool device = false; // a torch.device among the leaves
   ~Args() {
     for (PyObject* p : proxies) Py_DECREF(p);
   }
@@ -287,7 +294,10 @@ bool walk(PyObject* x, int depth, Args& a) {
     a.tensors.push_back(x);
     return true;
   }
-  if (plain_leaf(x)) return true;
+  if (plain_leaf(x)) {
+    if (THPDevice_Check(x)) a.device = true;
+    return true;
+  }
   const bool tuple = PyTuple_CheckExact(x);
   if (depth > 0 || (!tuple && !PyList_CheckExact(x))) return false;
   const Py_ssize_t n = tuple ? PyTuple_GET_SIZE(x) : PyList_GET_SIZE(x);
@@ -385,8 +395,13 @@ bool aten_exit(PyObject* token, bool ok) {
   });
 }
 
-// func(*args, **kwargs) through the op's `_op` (OpOverload.__call__'s body).
+// func(*args, **kwargs) through the op's `_op` (OpOverload.__call__'s body; from
+// 2.14 on, only while the op has no `_pyobj_dispatcher`: otherwise its __call__,
+// which asks the dispatcher's TLS which way to go).
 PyObject* call_op(PyObject* func, PyObject* args, PyObject* kwargs) {
+  if (g.pyobj_dispatcher && instance_attr(func, names().pyobj_dispatcher) != Py_None) {
+    return PyObject_Call(func, args, kwargs);
+  }
   PyObject* op = instance_attr(func, names().op_attr);
   if (op == nullptr) return PyObject_Call(func, args, kwargs);
   return PyObject_Call(op, args, kwargs);
@@ -686,6 +701,15 @@ Outcome serve(PyObject* mode, PyObject* func, PyObject* args, PyObject* kwargs, 
     return finish(Outcome::Stock);
   };
   if (!plain) return give_up(StockArguments);
+  // 2.14+: proxy_call rewrites a torch.device argument under compile-on-one-rank
+  // (`_coor_enabled() and any(isinstance(e, torch.device) ...)`; the config read
+  // has no effect, so a call without a device need not ask)
+  if (a.device && g.coor_enabled != nullptr) {
+    PyObject* on = PyObject_CallNoArgs(g.coor_enabled);
+    const int truthy = on ? PyObject_IsTrue(on) : -1;
+    Py_XDECREF(on);
+    if (truthy != 0) return give_up(StockArguments);
+  }
   // every tensor tracked, without a constant (fetch_object_proxy; no side effect)
   if (!a.tensors.empty()) {
     PyObject* tracker = PyObject_GetAttr(tracer, n.tensor_tracker);
@@ -946,6 +970,11 @@ int proxy_dispatch_setup(PyObject* refs) {
     if (v2 == nullptr) return -1;
     hold_ref(*s.slot, v2);
   }
+  // what a release adds (fastfake/common/compat.py, proxy_dispatch_variant)
+  PyObject* coor = PyDict_GetItemString(bound, "_coor_enabled");
+  hold_ref(g.coor_enabled, coor);
+  PyObject* pyobj = PyDict_GetItemString(refs, "pyobj_dispatcher");
+  g.pyobj_dispatcher = pyobj == Py_True;
   clear_facts();
   return 0;
 }

@@ -34,6 +34,10 @@ namespace fastfake {
 //   set_flag           the compile-internals flag's setter
 //   cia_key            DispatchKey.CompositeImplicitAutograd
 //   pre_dispatch_proxy callable: the pre-dispatch proxy mode (None where unset)
+//   pyobj_dispatcher   (optional) True where OpOverload.__call__ asks the op's
+//                      _pyobj_dispatcher first (2.14+)
+// and, among module_names, "_coor_enabled" where proxy_call has the
+// compile-on-one-rank device rewrite (2.14+).
 // The names are checked by fastfake/tracing/proxy_dispatch.py; 0, or -1 with an
 // error set. Needs the GIL.
 int proxy_dispatch_setup(PyObject* refs);

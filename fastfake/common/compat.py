@@ -739,6 +739,12 @@ FUNCTIONAL_DISPATCH_SOURCES: dict[str, str] = {
     # (the same functions' code spans, :func:`_code_span_source`: some end in comment
     # lines inspect's blocks keep; this key spares install() the tokenizer)
     "4b76fe3222d2b71e": "2.13.0",
+    # 2.14.1: alias / detach keep the input's FakeTensor dispatch_keys (FUNCTIONAL_DISPATCH_VARIANTS)
+    "368bc3d8e534bfef": "2.14.1",
+    "e0e9ee5e80aedfd1": "2.14.1",
+    # 2.15.0: that, has_effects' new order, FunctionalTensor.__new__ handing over the storage size
+    "7997c6a4a86d3e39": "2.15.0",
+    "0403e991a1f93479": "2.15.0",
 }
 
 
@@ -748,6 +754,25 @@ def functional_dispatch_source_digest() -> str | None:
 
     return _source_digest(lambda source: "\n--\n".join(source(fn) for fn in functional_dispatch_functions()),
                           FUNCTIONAL_DISPATCH_SOURCES)
+
+
+#: What the functional mode's code of each proven release adds to the plain path
+#: (csrc/tracing/functional_dispatch.cpp, functional_dispatch_setup_variant), by the
+#: release names of :data:`FUNCTIONAL_DISPATCH_SOURCES`:
+#: ``preserve_dispatch_keys`` -- alias / detach of one FunctionalTensor give the
+#: outputs' FakeTensors the input's ``dispatch_keys`` (2.14+); ``effect_first`` --
+#: ``has_effects`` reads the effect registry before ``has_aliasing`` (2.15).
+FUNCTIONAL_DISPATCH_VARIANTS: dict[str, dict[str, bool]] = {
+    "2.13.0": {"preserve_dispatch_keys": False, "effect_first": False},
+    "2.14.1": {"preserve_dispatch_keys": True, "effect_first": False},
+    "2.15.0": {"preserve_dispatch_keys": True, "effect_first": True},
+}
+
+
+def functional_dispatch_variant() -> dict[str, bool]:
+    """:data:`FUNCTIONAL_DISPATCH_VARIANTS`' entry of the release this torch's code was
+    proven as (only where :func:`functional_dispatch_proven`)."""
+    return FUNCTIONAL_DISPATCH_VARIANTS[FUNCTIONAL_DISPATCH_SOURCES[functional_dispatch_source_digest()]]
 
 
 def functional_dispatch_proven() -> bool:
@@ -767,6 +792,11 @@ PROXY_DISPATCH_SOURCES: dict[str, str] = {
     "91ab7a45814020f7": "2.13.0",
     # (the same functions' code spans, :func:`_code_span_source`)
     "8c484e0d75712c82": "2.13.0",
+    # 2.14.1 and 2.15.0 (one code): proxy_call's compile-on-one-rank device rewrite,
+    # OpOverload.__call__'s _pyobj_dispatcher, opaque values renamed custom classes,
+    # is_fake through is_fake_tensor, unbacked bindings routed per output proxy
+    "c310c7bb6d8a5b85": "2.14.1, 2.15.0",
+    "5d8fa675a7628868": "2.14.1, 2.15.0",
 }
 
 
@@ -776,6 +806,23 @@ def proxy_dispatch_source_digest() -> str | None:
 
     return _source_digest(lambda source: "\n--\n".join(source(fn) for fn in proxy_dispatch_functions()),
                           PROXY_DISPATCH_SOURCES)
+
+
+#: What the proxy mode's code of each proven release adds to the plain path
+#: (csrc/tracing/proxy_dispatch.cpp), by the release names of
+#: :data:`PROXY_DISPATCH_SOURCES`: ``coor`` -- proxy_call rewrites a torch.device
+#: argument under compile-on-one-rank (``_coor_enabled``); ``pyobj_dispatcher`` --
+#: ``OpOverload.__call__`` asks the op's ``_pyobj_dispatcher`` first.
+PROXY_DISPATCH_VARIANTS: dict[str, dict[str, bool]] = {
+    "2.13.0": {"coor": False, "pyobj_dispatcher": False},
+    "2.14.1, 2.15.0": {"coor": True, "pyobj_dispatcher": True},
+}
+
+
+def proxy_dispatch_variant() -> dict[str, bool]:
+    """:data:`PROXY_DISPATCH_VARIANTS`' entry of the release this torch's code was
+    proven as (only where :func:`proxy_dispatch_proven`)."""
+    return PROXY_DISPATCH_VARIANTS[PROXY_DISPATCH_SOURCES[proxy_dispatch_source_digest()]]
 
 
 def proxy_dispatch_proven() -> bool:

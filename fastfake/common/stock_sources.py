@@ -188,4 +188,5 @@ def proxy_dispatch_functions() -> list[object]:
         # a symbolic output's SymInt slots (track_tensor's try_set_proxy_slot)
         pt.set_proxy_slot, pt.thunkify, pt.is_sparse_any, vars(pt._SymNodeDict)["__contains__"],
         vars(pt._SymNodeDict)["__setitem__"], vars(pt._SymNodeDict)["__init__"], vars(_thunk.Thunk)["__init__"],
-    ]
+    # 2.14+: proxy_call's compile-on-one-rank test of a torch.device argument
+    ] + ([pt._coor_enabled] if "_coor_enabled" in vars(pt) else [])

@@ -91,6 +91,26 @@ def facts(func: Any) -> tuple | None:
     return (fast is True, bool(has_aliasing(func)), fix, func._name, schema.name, schema.overload_name)
 
 
+def preserve_dispatch_keys(arg: Any, outs_wrapped: Any) -> None:
+    """Stock's step (2.14+) after ``aten.alias`` / ``aten.detach`` of one
+    FunctionalTensor ``arg``: the outputs' FakeTensors get the input's
+    ``dispatch_keys`` where it has some (a FakeTensor made from a real tensor)."""
+    import torch.utils._pytree as pytree
+
+    FunctionalTensor = _ft().FunctionalTensor
+    input_unwrapped = torch._from_functional_tensor(arg.elem)
+    if isinstance(input_unwrapped, torch._subclasses.FakeTensor) and input_unwrapped.dispatch_keys is not None:
+        input_dispatch_keys = input_unwrapped.dispatch_keys
+
+        def preserve(out: object) -> None:
+            if isinstance(out, FunctionalTensor):
+                unwrapped = torch._from_functional_tensor(out.elem)
+                if isinstance(unwrapped, torch._subclasses.FakeTensor):
+                    unwrapped.dispatch_keys = input_dispatch_keys
+
+        pytree.tree_map_(preserve, outs_wrapped)
+
+
 def wrap_outputs(mode: Any, outs: Any) -> Any:
     """Stock's wrapping of outputs of a structure the C method does not walk."""
     import torch.utils._pytree as pytree
@@ -175,6 +195,11 @@ def _setup() -> Any:
         from torch._dynamo import eval_frame
 
         _C.setup_functional_dispatch_dynamo(get_eval_frame_callback, vars(eval_frame))
+        variant = _compat.functional_dispatch_variant()
+        aten = torch.ops.aten
+        _C.setup_functional_dispatch_variant(
+            preserve_dispatch_keys if variant["preserve_dispatch_keys"] else None,
+            aten.alias.default, aten.detach.default, variant["effect_first"])
         if text != str(keys):
             raise RuntimeError(f"fastfake: FunctionalTensor._extra_dispatch_keys read as {text}, stock's is {keys}")
         _DESCRIPTOR.append(_C.functional_dispatch_function())

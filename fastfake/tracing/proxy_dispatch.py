@@ -68,6 +68,11 @@ MODULE_NAMES = (
 )
 
 
+def _module_names() -> tuple:
+    """MODULE_NAMES and what the proven release adds (2.14+: ``_coor_enabled``)."""
+    return MODULE_NAMES + (("_coor_enabled",) if _compat.proxy_dispatch_variant()["coor"] else ())
+
+
 def _pt():
     from torch.fx.experimental import proxy_tensor
 
@@ -158,7 +163,11 @@ def available() -> bool:
         return False
     if not hasattr(fx_traceback, "has_preserved_node_meta") or not isinstance(getattr(fx_traceback, "current_meta", None), dict):
         return False
-    return _compat.proxy_dispatch_proven()
+    if not _compat.proxy_dispatch_proven():
+        return False
+    if _compat.proxy_dispatch_variant()["pyobj_dispatcher"] and "_pyobj_dispatcher" not in vars(torch.ops.aten.add.Tensor):
+        return False
+    return all(name in vars(pt) for name in _module_names())
 
 
 def _setup() -> Any:
@@ -180,7 +189,7 @@ def _setup() -> Any:
             raise RuntimeError("fastfake: stock's ProxyTorchDispatchMode.__torch_dispatch__ is not the counted method")
         _C.setup_proxy_dispatch({
             "mode_type": pt.ProxyTorchDispatchMode, "stock": stock, "facts": facts, "sym_proxy": sym_proxy,
-            "module_dict": vars(pt), "module_names": {name: vars(pt)[name] for name in MODULE_NAMES},
+            "module_dict": vars(pt), "module_names": {name: vars(pt)[name] for name in _module_names()},
             "stats_dict": vars(_stats), "counter_key": inner.__qualname__, "traceback_dict": vars(fx_traceback),
             "has_preserved": fx_traceback.has_preserved_node_meta, "original_aten": pt.ORIGINAL_ATEN,
             "device_op": torch.ops.prim.device.default, "handled_types": tuple(pt.HANDLED_TYPES),
@@ -195,6 +204,7 @@ def _setup() -> Any:
             "sym_ops": (aten.sym_size.int, aten.sym_stride.int, aten.sym_numel.default,
                         aten.sym_storage_offset.default),
             "disabled_torch_function": torch._C._disabled_torch_function_impl,
+            "pyobj_dispatcher": _compat.proxy_dispatch_variant()["pyobj_dispatcher"],
         })
         _DESCRIPTOR.append(_C.proxy_dispatch_function())
     return _DESCRIPTOR[0]
