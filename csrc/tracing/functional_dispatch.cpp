@@ -134,49 +134,32 @@ struct Facts {
   bool alias_fix = false; // stock's return_and_correct_aliasing does something
   PyObject* qualname = nullptr; // strong
   std::optional<c10::OperatorHandle> handle;
+  void release() { Py_CLEAR(qualname); }
 };
-// func (a strong reference, aten OpOverloads only) -> its facts
-std::unordered_map<PyObject*, Facts> g_facts;
-constexpr size_t kMaxFacts = 8192;
+// func (aten OpOverloads only) -> its facts
+FactsTable<Facts> g_facts;
 
-void clear_facts() {
-  for (auto& kv : g_facts) {
-    Py_XDECREF(kv.second.qualname);
-    Py_DECREF(kv.first);
-  }
-  g_facts.clear();
-}
+void clear_facts() { g_facts.clear(); }
 
-// The op's facts, read through the Python helper on its first call (never
-// nullptr; a helper that raises leaves the op not plain, its calls stock's, which
-// meets the same error itself).
+// The op's facts (fastfake/tracing/functional_dispatch.py, facts): read again for
+// every op once FunctionalTensor.metadata_fns is replaced.
 const Facts* facts_of(PyObject* func) {
   PyObject* fns = _PyType_Lookup(reinterpret_cast<PyTypeObject*>(g.tensor_type), s_metadata_fns);
-  if (fns != g.metadata_fns) { // (a replaced metadata_fns: every op read again)
+  if (fns != g.metadata_fns) {
     clear_facts();
     hold_ref(g.metadata_fns, fns);
   }
-  auto it = g_facts.find(func);
-  if (it != g_facts.end()) return &it->second;
-  if (g_facts.size() >= kMaxFacts) clear_facts();
-  Facts f;
-  PyObject* r = PyObject_CallOneArg(g.facts, func);
-  if (r == nullptr) {
-    PyErr_Clear();
-  } else if (PyTuple_CheckExact(r) && PyTuple_GET_SIZE(r) == 6) {
+  return g_facts.get(func, g.facts, [](PyObject* r, Facts& f) {
+    if (PyTuple_GET_SIZE(r) != 6) return;
     f.handle = op_handle(r, 4);
-    if (f.handle.has_value()) {
-      f.plain = true;
-      f.decompose_check = PyTuple_GET_ITEM(r, 0) == Py_True;
-      f.has_aliasing = PyTuple_GET_ITEM(r, 1) == Py_True;
-      f.alias_fix = PyTuple_GET_ITEM(r, 2) == Py_True;
-      f.qualname = PyTuple_GET_ITEM(r, 3);
-      Py_INCREF(f.qualname);
-    }
-  }
-  Py_XDECREF(r);
-  Py_INCREF(func);
-  return &g_facts.emplace(func, std::move(f)).first->second;
+    if (!f.handle.has_value()) return;
+    f.plain = true;
+    f.decompose_check = PyTuple_GET_ITEM(r, 0) == Py_True;
+    f.has_aliasing = PyTuple_GET_ITEM(r, 1) == Py_True;
+    f.alias_fix = PyTuple_GET_ITEM(r, 2) == Py_True;
+    f.qualname = PyTuple_GET_ITEM(r, 3);
+    Py_INCREF(f.qualname);
+  });
 }
 
 // A pytree leaf that is no container (what stock's maps pass through).

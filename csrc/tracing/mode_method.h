@@ -1,8 +1,8 @@
 // What the C `__torch_dispatch__` methods of the tracing modes share
 // (csrc/tracing/functional_dispatch.cpp, csrc/tracing/proxy_dispatch.cpp): the
-// argument leaves they take, an op's dispatcher handle from the names its facts
-// give, stock's method called with the mode in front, and a `finally` that keeps
-// the body's error.
+// argument leaves they take, an op's facts kept by the op and its dispatcher
+// handle from the names they give, stock's method called with the mode in front,
+// and a `finally` that keeps the body's error.
 #pragma once
 
 #include <Python.h>
@@ -15,6 +15,8 @@
 #include <torch/csrc/MemoryFormat.h>
 
 #include <optional>
+#include <unordered_map>
+#include <utility>
 
 namespace fastfake {
 
@@ -54,6 +56,44 @@ inline std::optional<c10::OperatorHandle> op_handle(PyObject* facts, Py_ssize_t 
   if (PyErr_Occurred()) PyErr_Clear();
   return h;
 }
+
+// Each op's facts, read through the project's Python helper on the op's first call
+// and kept by the op (a strong reference) in a table of at most 8,192 ops (a full
+// table starts again). `Facts` is default-constructed as "not plain" and has
+// `release()`, dropping the references it holds; `parse(tuple, facts)` fills it from
+// the helper's tuple. A helper that raises or answers no tuple leaves the op not
+// plain, so its calls are stock's, which meets the same error itself. Never nullptr.
+template <typename Facts>
+class FactsTable {
+ public:
+  template <typename Parse>
+  const Facts* get(PyObject* func, PyObject* helper, Parse&& parse) {
+    auto it = map_.find(func);
+    if (it != map_.end()) return &it->second;
+    if (map_.size() >= kMax) clear();
+    Facts f;
+    PyObject* r = PyObject_CallOneArg(helper, func);
+    if (r == nullptr) {
+      PyErr_Clear();
+    } else if (PyTuple_CheckExact(r)) {
+      parse(r, f);
+    }
+    Py_XDECREF(r);
+    Py_INCREF(func);
+    return &map_.emplace(func, std::move(f)).first->second;
+  }
+  void clear() {
+    for (auto& kv : map_) {
+      kv.second.release();
+      Py_DECREF(kv.first);
+    }
+    map_.clear();
+  }
+
+ private:
+  static constexpr size_t kMax = 8192;
+  std::unordered_map<PyObject*, Facts> map_;
+};
 
 // stock(mode, *args) for a METH_FASTCALL | METH_KEYWORDS method's arguments.
 inline PyObject* call_with_mode(PyObject* stock, PyObject* mode, PyObject* const* args, Py_ssize_t nargs,

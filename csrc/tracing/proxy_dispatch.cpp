@@ -218,39 +218,22 @@ struct Facts {
   bool plain = false;
   PyObject* name = nullptr; // the node name stock's _target_to_str gives (strong)
   std::optional<c10::OperatorHandle> handle;
+  void release() { Py_CLEAR(name); }
 };
-std::unordered_map<PyObject*, Facts> g_facts; // func (strong) -> its facts
-constexpr size_t kMaxFacts = 8192;
+FactsTable<Facts> g_facts; // func -> its facts
 
-void clear_facts() {
-  for (auto& kv : g_facts) {
-    Py_XDECREF(kv.second.name);
-    Py_DECREF(kv.first);
-  }
-  g_facts.clear();
-}
+void clear_facts() { g_facts.clear(); }
 
-// The op's facts, read through the Python helper on its first call (never
-// nullptr; a helper that raises leaves the op not plain, its calls stock's).
+// The op's facts (fastfake/tracing/proxy_dispatch.py, facts).
 const Facts* facts_of(PyObject* func) {
-  auto it = g_facts.find(func);
-  if (it != g_facts.end()) return &it->second;
-  if (g_facts.size() >= kMaxFacts) clear_facts();
-  Facts f;
-  PyObject* r = PyObject_CallOneArg(g.facts, func);
-  if (r == nullptr) {
-    PyErr_Clear();
-  } else if (PyTuple_CheckExact(r) && PyTuple_GET_SIZE(r) == 3 && PyUnicode_CheckExact(PyTuple_GET_ITEM(r, 0))) {
+  return g_facts.get(func, g.facts, [](PyObject* r, Facts& f) {
+    if (PyTuple_GET_SIZE(r) != 3 || !PyUnicode_CheckExact(PyTuple_GET_ITEM(r, 0))) return;
     f.handle = op_handle(r, 1);
-    if (f.handle.has_value()) {
-      f.plain = true;
-      f.name = PyTuple_GET_ITEM(r, 0);
-      Py_INCREF(f.name);
-    }
-  }
-  Py_XDECREF(r);
-  Py_INCREF(func);
-  return &g_facts.emplace(func, std::move(f)).first->second;
+    if (!f.handle.has_value()) return;
+    f.plain = true;
+    f.name = PyTuple_GET_ITEM(r, 0);
+    Py_INCREF(f.name);
+  });
 }
 
 bool is_sym(PyObject* x) {
