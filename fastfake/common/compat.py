@@ -646,6 +646,10 @@ def stub_extract() -> object | None:
 STORE_SOURCES: dict[str, str] = {
     "c866d194401ae6b2": "2.13.0",
     "6c92c21e5397237d": "2.14.1",  # (2.13.0's code; two comments differ)
+    # 2.15.0: the hit no longer takes func and rebuilds under disable_proxy_modes_tracing
+    # (its crosscheck too); a view's sizes derived once. The store keeps no view op or
+    # output and serves nothing under the crosscheck; the hit is stock's own code.
+    "a08cd0714b433258": "2.15.0",
 }
 
 
