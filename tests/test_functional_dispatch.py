@@ -134,7 +134,7 @@ def test_an_effect_registered_later_sends_the_op_to_stock(on):
     assert "same: True True" in r.stdout and "after: True" in r.stdout, r.stdout
 
 
-def _detached_keys(mode_cls=None):
+def _detached_keys():
     """alias / detach of FunctionalTensors over a FakeTensor that carries
     ``dispatch_keys`` (as one made from an mkldnn tensor does) and over one that does
     not: the dispatch_keys each output's FakeTensor ends with."""

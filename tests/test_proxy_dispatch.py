@@ -391,7 +391,7 @@ def test_an_op_with_a_pyobj_dispatcher_is_called_through_its_call(on, monkeypatc
                 code = _make_fx(f, [torch.randn(3)], "fake")
                 out[skip, flag] = (code, len(calls), _served() - served > 0)
             assert out[skip, True][:1] == out[skip, False][:1] and out[skip, True][2]
-        # (with the flag on, no _op call from proxy_call; off, one per call of the op)
+        # (stock, with the TLS saying skip: no _op call; without it, one per call of the op)
         assert out[True, False][1] == 0 and out[False, False][1] >= 1
         assert out[True, True][1] == 0, out
     finally:

@@ -54,7 +54,6 @@
 
 #include <optional>
 #include <sstream>
-#include <unordered_map>
 
 namespace fastfake {
 

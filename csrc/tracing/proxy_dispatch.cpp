@@ -54,7 +54,6 @@
 #include <torch/csrc/utils/pybind.h>
 
 #include <optional>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
