@@ -11,6 +11,7 @@
 #include "symbolic/symnode_int.h"
 #include "tracing/pytree.h"
 #include "common/file_listing.h"
+#include "common/code_digest.h"
 #include "stock/calls.h"
 #include "symbolic/symnode_memo.h"
 #include "dispatch/dispatch.h"
@@ -815,6 +816,20 @@ PYBIND11_MODULE(_C, m) {
         return py::bytes(out);
       },
       "The file listing behind the self-test store's key (csrc/common/file_listing.h).");
+  m.def(
+      "module_code_stream",
+      [](py::handle module, py::handle volatile_) {
+        return steal_or_throw(module_code_stream(module.ptr(), volatile_.ptr()));
+      },
+      "The code of a module behind the self-test store's key, as bytes (csrc/common/code_digest.h).");
+  m.def(
+      "stable_stream",
+      [](py::handle v) { return steal_or_throw(stable_stream(v.ptr())); },
+      "A value's bytes that are the same in every process (csrc/common/code_digest.h).");
+  m.def(
+      "last_code_line",
+      [](py::handle code) { return steal_or_throw(last_code_line(code.ptr())); },
+      "The last source line a code object's instructions span (csrc/common/code_digest.h).");
   m.def("_elementwise_sizes", []() { return steal_or_throw(elementwise_sizes()); });
   m.def("stock_calls", &stock_calls, "Calls handed to stock per overload: name -> (outermost, nested).");
   m.def("stock_calls_set", &stock_calls_set);

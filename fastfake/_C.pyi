@@ -778,6 +778,28 @@ def file_listing(root: str, suffixes: list[str], skip_dirs: list[str]) -> bytes:
     entered; what cannot be read gives ``b"!path:OSError\\n"``. The self-test
     store's key is made of it (``fastfake/core/selftest_store.py``); the GIL is released."""
 
+def module_code_stream(module: Any, volatile: frozenset[str]) -> bytes:
+    """The bytes the self-test store's key hashes for ``module``'s code: a record per
+    function, method, property part and class it defines or holds and per module-
+    and class-level scalar (``volatile`` names scalars left out: ``"attr"`` or
+    ``"Class.attr"``), in sorted name order, each variable part tagged and
+    length-prefixed; a function's record holds its whole code object (bytecode, file
+    name, first line, names, variable names, constants, nested code). Raises what a
+    getattr of a held object raises (but AttributeError), sorted()'s TypeError for
+    keys it cannot order. tests/test_selftest_store.py writes the same in Python."""
+
+def stable_stream(v: Any) -> bytes:
+    """A value's bytes, the same in every process (no addresses, no hash-seeded
+    orders): None, bools, strs and bytes themselves, other numbers by repr, code
+    objects as in :func:`module_code_stream`, tuples and lists item by item, sets with
+    their items sorted, anything else (or deeper than four levels) by its type's name.
+    Each value's stream delimits itself."""
+
+def last_code_line(code: Any) -> int:
+    """The last source line any instruction of ``code`` (or of the code objects among
+    its constants) spans: the largest end line of ``co_positions()``, at least
+    ``co_firstlineno`` (``fastfake/common/compat.py``'s code spans)."""
+
 def stock_calls() -> dict[str, tuple[int, int]]:
     """Calls handed to stock's ``__torch_dispatch__`` (every ``dispatch.stock``), per
     overload name (``str(op)``): ``(outermost, nested)``, nested meaning that a stock

@@ -117,3 +117,34 @@ def test_every_table_digest_of_this_release_is_found():
             assert digest() in table, digest
             checked += 1
     assert checked > 0
+
+
+def _reference_last_code_line(code) -> int:
+    """What ``_C.last_code_line`` answers, in Python."""
+    last = code.co_firstlineno
+    for _, end, _, _ in code.co_positions():
+        if end is not None and end > last:
+            last = end
+    for c in code.co_consts:
+        if isinstance(c, type(code)):
+            last = max(last, _reference_last_code_line(c))
+    return last
+
+
+def test_last_code_line_is_the_reference_walk(mod):
+    import types
+
+    import torch._subclasses.fake_tensor as ft
+    import torch.fx.experimental.symbolic_shapes as ss
+
+    codes = [mod.proven.__wrapped__.__code__, mod.trailing.__code__, compile("x = (1 +\n 2)\n", "<probe>", "exec")]
+    for m in (ft, ss):
+        for v in vars(m).values():
+            for f in [v, *vars(v).values()] if isinstance(v, type) else [v]:
+                if isinstance(getattr(f, "__code__", None), types.CodeType):
+                    codes.append(f.__code__)
+    assert len(codes) > 300
+    for c in codes:
+        assert _compat._last_code_line(c) == _reference_last_code_line(c), c
+    with pytest.raises(TypeError):
+        _compat._last_code_line("not code")

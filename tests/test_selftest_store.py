@@ -3,6 +3,7 @@ unchanged installation in an unchanged process, never when a fault is injected,
 ignored when unreadable, bounded, and never an error."""
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import sys
@@ -516,6 +517,164 @@ def test_file_listing_is_the_reference_walk(tmp_path):
     assert _listing(torch_root) == _reference_listing(torch_root)
     # a path that is no UTF-8 text: a digest, not an error
     assert store.tree_digest(str(tmp_path / "\udcff")) != store.tree_digest(str(tmp_path / "absent"))
+
+
+def _put(tag: str, data: bytes) -> bytes:
+    return tag.encode() + str(len(data)).encode() + b":" + data
+
+
+def _ref_type_name(v, with_module: bool) -> bytes:
+    t = type(v)
+    return (_put("s", f"{t.__module__}".encode()) if with_module else b"") + _put("s", f"{t.__qualname__}".encode())
+
+
+def _ref_stable(v, depth: int = 0) -> bytes:
+    """The stream ``_C.stable_stream`` writes, in Python."""
+    if v is None:
+        return b"N"
+    if v is True or v is False:
+        return b"T" if v else b"F"
+    if type(v) is str:
+        return _put("s", v.encode())
+    if type(v) is bytes:
+        return _put("b", v)
+    if isinstance(v, (int, float, str, bytes, complex)):
+        return _put("r", repr(v).encode())
+    if depth > 4:
+        return b"t" + _ref_type_name(v, False)
+    if isinstance(v, types.CodeType):
+        return _ref_code(v, depth + 1)
+    if isinstance(v, (tuple, list)):
+        return b"(" + b"".join(_ref_stable(x, depth + 1) for x in v) + b")"
+    if isinstance(v, (frozenset, set)):
+        return b"{" + b"".join(sorted(_ref_stable(x, depth + 1) for x in v)) + b"}"
+    return b"o" + _ref_type_name(v, True)
+
+
+def _ref_names(t: tuple) -> bytes:
+    return b"(" + b"".join(_ref_stable(x) for x in t) + b")"
+
+
+def _ref_code(c: types.CodeType, depth: int = 0) -> bytes:
+    return (b"c(" + _put("b", c.co_code) + _ref_stable(c.co_filename, depth)
+            + f"i{c.co_firstlineno};".encode() + _ref_names(c.co_names) + _ref_names(c.co_varnames)
+            + _ref_stable(c.co_consts, depth) + b")")
+
+
+def _ref_callable(name: str, f) -> bytes:
+    if isinstance(f, (staticmethod, classmethod)):
+        f = f.__func__
+    if isinstance(f, property):
+        parts = (("get", f.fget), ("set", f.fset), ("del", f.fdel))
+        return b"".join(_ref_callable(f"{name}.{part}", g) for part, g in parts if g is not None)
+    code = getattr(f, "__code__", None)
+    module, qualname = getattr(f, "__module__", None), getattr(f, "__qualname__", None)
+    head = _put("s", name.encode()) + _put("s", f"{module}".encode()) + _put("s", f"{qualname}".encode())
+    if isinstance(code, types.CodeType):
+        return b"F" + head + _ref_code(code) + _ref_stable(getattr(f, "__defaults__", None))
+    return b"B" + head + _ref_type_name(f, True)
+
+
+def _ref_scalar(name: str, v, volatile) -> bytes:
+    return b"" if name in volatile else b"V" + _put("s", name.encode()) + _put("r", repr(v).encode())
+
+
+def _reference_module_stream(mod: types.ModuleType, volatile=frozenset()) -> bytes:
+    """The stream ``_C.module_code_stream`` writes, in Python."""
+    out = []
+    for name, v in sorted(vars(mod).items()):
+        if isinstance(v, type):
+            if v.__module__ != mod.__name__:
+                out.append(b"C" + _put("s", name.encode()) + _put("s", f"{v.__module__}".encode())
+                           + _put("s", f"{v.__qualname__}".encode()))
+                continue
+            out.append(b"K" + _put("s", name.encode())
+                       + b"(" + b"".join(_put("s", f"{b.__qualname__}".encode()) for b in v.__mro__) + b")")
+            for attr, a in sorted(vars(v).items()):
+                if callable(a) or isinstance(a, (staticmethod, classmethod, property)):
+                    out.append(_ref_callable(f"{name}.{attr}", a))
+                elif a is None or isinstance(a, (bool, int, float, str)):
+                    out.append(_ref_scalar(f"{name}.{attr}", a, volatile))
+        elif isinstance(v, types.ModuleType):
+            continue
+        elif callable(v):
+            out.append(_ref_callable(name, v))
+        elif (v is None or isinstance(v, (bool, int, float, str))) and not name.startswith("__"):
+            out.append(_ref_scalar(name, v, volatile))
+    return b"".join(out)
+
+
+def _probe_module(name: str, source: str) -> types.ModuleType:
+    mod = types.ModuleType(name)
+    exec(source, mod.__dict__)  # (its classes' __module__ is the module's name)
+    return mod
+
+
+_ODD_SOURCE = (
+    "import math, functools, enum, collections\n"
+    "A = 1\nB = 2.5\nC = 'é'\nD = None\nE = True\n__hidden__ = 3\nVOL = 7\n"
+    "F = b'x'\nG = 3j\nH = (1, 2)\n"
+    "def deep(x=((((((1,),),),),),), y=frozenset({'b', 'a', 'é'}), z=[1.0, None]):\n"
+    "    def inner():\n        return {1: 2}, lambda: 3.5j, b'\\xff', ('t', ('u', ('v', ('w', ('x',)))))\n"
+    "    return inner\n"
+    "class K(collections.OrderedDict):\n"
+    "    flag = False\n    count = 3\n    VOL = 1\n    text = 'k'\n    other = [1]\n"
+    "    def m(self, a=(1, {2, 3})):\n        return a\n"
+    "    @property\n    def p(self):\n        return 1\n"
+    "    @p.setter\n    def p(self, v):\n        pass\n"
+    "    @classmethod\n    def c(cls):\n        return cls\n"
+    "    @staticmethod\n    def s():\n        return (1, 2.5)\n"
+    "    @functools.cached_property\n    def cp(self):\n        return 2\n"
+    "    builtin = len\n"
+    "    part = functools.partial(print, 1)\n"
+    "class Color(enum.Enum):\n    RED = 1\n"
+    "sqrt = math.sqrt\n"
+    "OrderedDict = collections.OrderedDict\n"
+    "wrapped = functools.lru_cache(None)(deep)\n"
+    "part = functools.partial(deep, 1)\n"
+)
+
+
+def test_module_code_stream_is_the_reference_walk():
+    """``_C.module_code_stream`` writes the stream the walk in Python writes: for a
+    module of every kind of entry, and for every module the key reads."""
+    import importlib
+
+    odd = _probe_module("fastfake_probe_odd", _ODD_SOURCE)
+    volatile = frozenset({"VOL", "K.VOL"})
+    got = fastfake._C.module_code_stream(odd, volatile)
+    assert got == _reference_module_stream(odd, volatile)
+    assert b"s3:VOL" not in got and b"__hidden__" not in got and b"Vs7:K.countr1:3" in got
+    assert fastfake._C.module_code_stream(odd, frozenset()) == _reference_module_stream(odd)
+    names = list(store.TORCH_MODULES) + sorted(n for n in sys.modules if n.startswith("fastfake"))
+    for name in names:
+        mod = importlib.import_module(name)
+        vol = store.VOLATILE_SCALARS.get(name, frozenset())
+        assert fastfake._C.module_code_stream(mod, vol) == _reference_module_stream(mod, vol), name
+    for v in (None, 1, True, 2.5, "s", b"b", 1j, (1, [2, (3,)]), {"b", "a"}, frozenset({1, 2}),
+              ((((((1,),),),),),), object(), deep_code := compile("x = 1", "<probe>", "exec"),
+              (deep_code, {deep_code})):
+        assert fastfake._C.stable_stream(v) == _ref_stable(v), v
+
+
+def test_module_code_stream_raises_what_the_walk_raises():
+    mod = types.ModuleType("fastfake_probe_err")
+
+    class Boom:
+        def __call__(self):
+            pass
+
+        def __getattr__(self, name):
+            raise KeyError(name)  # not an AttributeError: it propagates
+
+    mod.f = Boom()
+    with pytest.raises(KeyError):
+        _reference_module_stream(mod)
+    with pytest.raises(KeyError):
+        fastfake._C.module_code_stream(mod, frozenset())
+    mod.__dict__[1] = 2  # a key sorted() cannot order among str keys
+    with pytest.raises(TypeError):
+        fastfake._C.module_code_stream(mod, frozenset())
 
 
 def test_module_digest_sees_replaced_code_and_scalars():

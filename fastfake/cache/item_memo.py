@@ -32,6 +32,7 @@ from typing import Any
 import torch
 
 from fastfake import _C
+from fastfake.common import compat as _compat
 
 #: The op, and the reason stock gives for never caching it.
 OP = torch.ops.aten._local_scalar_dense.default
@@ -72,8 +73,8 @@ def available() -> bool:
     from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
 
     try:
-        impl = inspect.getsource(fake_impls.local_scalar_dense)
-        validate = inspect.getsource(FakeTensorMode._validate_cache_key)
+        impl = _compat.code_span_text(fake_impls.local_scalar_dense)
+        validate = _compat.code_span_text(FakeTensorMode._validate_cache_key)
     except (OSError, TypeError, AttributeError):
         return False
     lines = [ln.strip() for ln in impl.splitlines() if ln.strip() and not ln.strip().startswith("#")]

@@ -281,10 +281,8 @@ def stock_reruns_unsafe_view() -> bool:
     """Whether stock refuses to cache ``aten._unsafe_view`` ("unsafe view", up to
     2.14; 2.15 caches it as a view): then fastfake.cache.rerun serves its symbolic
     repeats. Read from stock's cache-key validation."""
-    import inspect
-
     try:
-        src = inspect.getsource(_ft().FakeTensorMode._validate_cache_key)
+        src = code_span_text(_ft().FakeTensorMode._validate_cache_key)
     except (OSError, TypeError, AttributeError):
         return False
     return '"unsafe view"' in src and "_unsafe_view" in src
@@ -312,27 +310,34 @@ def _normalised_source(fn: object) -> str:
 
 
 def _last_code_line(code: types.CodeType) -> int:
-    last = code.co_firstlineno
-    for _, end, _, _ in code.co_positions():
-        if end is not None and end > last:
-            last = end
-    for c in code.co_consts:
-        if isinstance(c, types.CodeType):
-            last = max(last, _last_code_line(c))
-    return last
+    """The last line any instruction of ``code`` (or of the code nested in it)
+    spans: the largest end line of ``co_positions()`` (``_C.last_code_line``)."""
+    from fastfake import _C
+
+    return _C.last_code_line(code)
 
 
-def _code_span_source(fn: object) -> str:
-    """``fn``'s lines from its first (decorators included) to the last one any of its
-    instructions (or those of the code nested in it) spans, normalised like
-    :func:`_normalised_source`: inspect's block of the same function less any
-    trailing lines that carry no code. No tokenizer: a fraction of the cost."""
+def _code_span_lines(fn: object) -> list[str]:
+    """``fn``'s source lines (decorators included) to the last one any of its
+    instructions, or those of the code nested in it, spans: inspect's block of the
+    same function less any trailing lines that carry no code. No tokenizer: a
+    fraction of inspect's cost."""
     code = inspect.unwrap(fn).__code__  # type: ignore[arg-type, attr-defined]
     lines = linecache.getlines(code.co_filename)
     if not lines:
         raise OSError(f"no source for {code.co_filename}")
-    span = lines[code.co_firstlineno - 1 : _last_code_line(code)]
-    return "\n".join(line.strip() for line in span if line.strip())
+    return lines[code.co_firstlineno - 1 : _last_code_line(code)]
+
+
+def code_span_text(fn: object) -> str:
+    """``fn``'s code span as text (:func:`_code_span_lines`): for the checks that
+    look for code in a function's source (a trailing comment holds none)."""
+    return "".join(_code_span_lines(fn))
+
+
+def _code_span_source(fn: object) -> str:
+    """``fn``'s code span, normalised like :func:`_normalised_source`."""
+    return "\n".join(line.strip() for line in _code_span_lines(fn) if line.strip())
 
 
 def _source_digest(compose, table) -> str | None:

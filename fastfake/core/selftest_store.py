@@ -190,70 +190,19 @@ def _package(name: str) -> str:
     return f"{version} {tree_digest(os.path.dirname(file))}"
 
 
-def _stable(v, depth: int = 0) -> str:
-    """A text for ``v`` that is the same in every process (no addresses, no
-    hash-seeded orders)."""
-    if v is None or isinstance(v, (bool, int, float, str, bytes, complex)):
-        return repr(v)
-    if depth > 4:
-        return type(v).__qualname__
-    if isinstance(v, types.CodeType):
-        return _code(v, depth + 1)
-    if isinstance(v, (tuple, list)):
-        return "(" + ",".join(_stable(x, depth + 1) for x in v) + ")"
-    if isinstance(v, (frozenset, set)):
-        return "{" + ",".join(sorted(_stable(x, depth + 1) for x in v)) + "}"
-    return type(v).__module__ + "." + type(v).__qualname__
-
-
-def _code(c: types.CodeType, depth: int = 0) -> str:
-    h = hashlib.blake2b(c.co_code, digest_size=12)
-    h.update(repr((c.co_filename, c.co_firstlineno, c.co_names, c.co_varnames)).encode())
-    h.update(_stable(c.co_consts, depth).encode())
-    return h.hexdigest()
-
-
-def _callable(name: str, f, out: list) -> None:
-    if isinstance(f, (staticmethod, classmethod)):
-        f = f.__func__
-    if isinstance(f, property):
-        for part, g in (("get", f.fget), ("set", f.fset), ("del", f.fdel)):
-            if g is not None:
-                _callable(f"{name}.{part}", g, out)
-        return
-    code = getattr(f, "__code__", None)
-    where = f"{getattr(f, '__module__', None)}.{getattr(f, '__qualname__', None)}"
-    if isinstance(code, types.CodeType):
-        out.append(f"{name}={where}:{_code(code)}:{_stable(getattr(f, '__defaults__', None))}")
-    else:
-        out.append(f"{name}={where}:{type(f).__module__}.{type(f).__qualname__}")
+def _stable(v) -> bytes:
+    """Bytes for ``v`` that are the same in every process (no addresses, no
+    hash-seeded orders): ``_C.stable_stream`` (csrc/common/code_digest.h)."""
+    return _C.stable_stream(v)
 
 
 def module_digest(mod: types.ModuleType) -> str:
     """The code of every function and method a module defines or holds, and its
-    module-level scalars."""
-    out: list[str] = []
+    module-level scalars: the stream ``_C.module_code_stream`` writes
+    (csrc/common/code_digest.h; tests/test_selftest_store.py writes the same in
+    Python), hashed."""
     volatile = VOLATILE_SCALARS.get(mod.__name__, frozenset())
-    for name, v in sorted(vars(mod).items()):
-        if isinstance(v, type):
-            if v.__module__ != mod.__name__:
-                out.append(f"{name}=class {v.__module__}.{v.__qualname__}")
-                continue
-            out.append(f"{name}=class {[b.__qualname__ for b in v.__mro__]}")
-            for attr, a in sorted(vars(v).items()):
-                if callable(a) or isinstance(a, (staticmethod, classmethod, property)):
-                    _callable(f"{name}.{attr}", a, out)
-                elif a is None or isinstance(a, (bool, int, float, str)):
-                    if f"{name}.{attr}" not in volatile:
-                        out.append(f"{name}.{attr}={a!r}")
-        elif isinstance(v, types.ModuleType):
-            continue
-        elif callable(v):
-            _callable(name, v, out)
-        elif v is None or isinstance(v, (bool, int, float, str)):
-            if not name.startswith("__") and name not in volatile:
-                out.append(f"{name}={v!r}")
-    return hashlib.blake2b("\n".join(out).encode(), digest_size=16).hexdigest()
+    return hashlib.blake2b(_C.module_code_stream(mod, volatile), digest_size=16).hexdigest()
 
 
 def _modules_digest(names) -> str:
@@ -269,21 +218,25 @@ def _modules_digest(names) -> str:
 
 
 def _configs() -> str:
-    out = []
+    # (each value's stream delimits itself: their concatenation is unambiguous)
+    h = hashlib.blake2b(digest_size=16)
     for name in TORCH_CONFIGS:
+        h.update(_stable(name))
         try:
             cfg = importlib.import_module(name)
             items = cfg.get_config_copy()
         except Exception as e:  # noqa: BLE001 - part of the key
-            out.append(f"{name}: {type(e).__name__}")
+            h.update(b"!" + _stable(type(e).__name__))
             continue
-        out.append(f"{name}: " + ",".join(f"{k}={_stable(v)}" for k, v in sorted(items.items())))
-    return hashlib.blake2b("\n".join(out).encode(), digest_size=16).hexdigest()
+        for k, v in sorted(items.items()):
+            h.update(_stable(k) + _stable(v))
+        h.update(b";")
+    return h.hexdigest()
 
 
 def _proven_sources() -> str:
     tables = {k: v for k, v in sorted(vars(_compat).items()) if k.isupper()}
-    return hashlib.blake2b(_stable(list(map(repr, tables.items()))).encode(), digest_size=16).hexdigest()
+    return hashlib.blake2b(_stable(list(map(repr, tables.items()))), digest_size=16).hexdigest()
 
 
 def components(features: list[str]) -> dict[str, str]:
