@@ -36,6 +36,10 @@ fastfake, stock, fastfake, ...) and reports medians (bench/__main__.py).
 ``fastfake.install()`` cost a fresh process, with the self-test result on disk and
 without (a new installation's first process), after a first ``FakeTensorMode``
 (whose imports every fake-tensor program pays, stock or not, timed apart).
+
+Children read and write Python bytecode as an installed package does
+(``PYTHONDONTWRITEBYTECODE`` is dropped from their environment): the first child
+compiles fastfake's modules from the source tree, the others load them.
 """
 from __future__ import annotations
 
@@ -244,6 +248,11 @@ def child(args) -> dict:
 
 def _env(store: str | None, cache_dir: str | None = None) -> dict[str, str]:
     env = dict(os.environ)
+    # Children read and write bytecode: fastfake's modules run from the source tree
+    # here, and an installed package has its bytecode (pip compiles it; torch's and
+    # the other site-packages have theirs), so an environment that turns writing
+    # off would time compiling fastfake's sources in every process.
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env["PYTHONPATH"] = ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     if store is not None:
         env["FASTFAKE_CACHE_DIR"] = store
@@ -370,7 +379,13 @@ def _print_install_cost(res: dict) -> None:
         ("install(), self-test run (first process)", "first", "install"),
     )
     for what, kind, key in lines:
-        print(f"  {what:44s} {med(kind, key, 'cpu'):6.2f} {med(kind, key, 'wall'):6.2f}")
+        print(f"  {what:44s} {med(kind, key, 'cpu'):6.3f} {med(kind, key, 'wall'):6.3f}")
+
+    def own(r: dict, field: str) -> float:
+        return r["import_fastfake"][field] + r["install"][field]
+
+    setup = {f: statistics.median(own(r, f) for r in res["disk"]) for f in ("cpu", "wall")}
+    print(f"  {'setup: import fastfake + install(), on disk':44s} {setup['cpu']:6.3f} {setup['wall']:6.3f}")
 
 
 def main(argv=None) -> int:
