@@ -5,6 +5,7 @@
 // modules and fastfake's own at every start: one stream hashed once per module,
 // no Python object per function, constant or code object.
 #include "common/code_digest.h"
+#include "common/compat.h"
 
 #include <algorithm>
 #include <string>
@@ -109,8 +110,12 @@ bool names(std::string& out, PyObject* t) {
 // deeper), ")"
 bool code(std::string& out, PyObject* c, int depth) {
   auto* co = reinterpret_cast<PyCodeObject*>(c);
-  Ref bytecode(PyCode_GetCode(co));
+  Ref bytecode(compat::code_bytes(c));
   if (!bytecode) return false;
+  if (!PyBytes_Check(bytecode.p)) {
+    PyErr_SetString(PyExc_TypeError, "co_code is not bytes");
+    return false;
+  }
   out += "c(";
   put(out, 'b', PyBytes_AS_STRING(bytecode.p), static_cast<size_t>(PyBytes_GET_SIZE(bytecode.p)));
   if (!stable(out, co->co_filename, depth)) return false;
@@ -118,7 +123,7 @@ bool code(std::string& out, PyObject* c, int depth) {
   out += std::to_string(co->co_firstlineno);
   out += ';';
   if (!names(out, co->co_names)) return false;
-  Ref varnames(PyCode_GetVarnames(co));
+  Ref varnames(compat::code_varnames(c));
   if (!varnames || !names(out, varnames.p)) return false;
   if (!stable(out, co->co_consts, depth)) return false;
   out += ')';

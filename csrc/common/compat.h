@@ -27,6 +27,26 @@
 namespace fastfake {
 namespace compat {
 
+// A code object's bytecode (co_code, without the interpreter's specialisations)
+// and variable names (co_varnames): new references, nullptr with the error set.
+// CPython 3.11 computes both (PyCode_GetCode / PyCode_GetVarnames); 3.10 holds
+// them as attributes.
+inline PyObject* code_bytes(PyObject* code) {
+#if PY_VERSION_HEX >= 0x030B0000
+  return PyCode_GetCode(reinterpret_cast<PyCodeObject*>(code));
+#else
+  return PyObject_GetAttrString(code, "co_code");
+#endif
+}
+
+inline PyObject* code_varnames(PyObject* code) {
+#if PY_VERSION_HEX >= 0x030B0000
+  return PyCode_GetVarnames(reinterpret_cast<PyCodeObject*>(code));
+#else
+  return PyObject_GetAttrString(code, "co_varnames");
+#endif
+}
+
 // Whether `obj.<name>` calls the plain Python function `func` its class has under
 // that name (the instance does not shadow it), for an object whose class keeps
 // its instances' attributes in the object (see below), answered without making
