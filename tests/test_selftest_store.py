@@ -675,6 +675,16 @@ def test_module_code_stream_raises_what_the_walk_raises():
     mod.__dict__[1] = 2  # a key sorted() cannot order among str keys
     with pytest.raises(TypeError):
         fastfake._C.module_code_stream(mod, frozenset())
+    # a property that is its own getter: the walk in Python and in C raise
+    # RecursionError (C++'s stack is not what bounds it)
+    loop = types.ModuleType("fastfake_probe_loop")
+    p = property()
+    p.__init__(p)
+    loop.K = type("K", (), {"p": p, "__module__": loop.__name__})
+    with pytest.raises(RecursionError):
+        _reference_module_stream(loop)
+    with pytest.raises(RecursionError):
+        fastfake._C.module_code_stream(loop, frozenset())
 
 
 def test_module_digest_sees_replaced_code_and_scalars():

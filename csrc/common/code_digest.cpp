@@ -130,7 +130,24 @@ bool code(std::string& out, PyObject* c, int depth) {
   return true;
 }
 
+bool stable_body(std::string& out, PyObject* v, int depth);
+
+// (Python's recursion limit, not the C stack, bounds what a cycle could make of
+// the walk: a property that is its own getter, say)
+struct RecursionGuard {
+  bool entered;
+  RecursionGuard() : entered(Py_EnterRecursiveCall(" in fastfake's code digest") == 0) {}
+  ~RecursionGuard() {
+    if (entered) Py_LeaveRecursiveCall();
+  }
+};
+
 bool stable(std::string& out, PyObject* v, int depth) {
+  RecursionGuard guard;
+  return guard.entered && stable_body(out, v, depth);
+}
+
+bool stable_body(std::string& out, PyObject* v, int depth) {
   if (v == Py_None) {
     out += 'N';
     return true;
@@ -189,7 +206,14 @@ bool stable(std::string& out, PyObject* v, int depth) {
 // qualname type-module type-name for other callables; staticmethod and
 // classmethod by their __func__, a property by its fget / fset / fdel as
 // "<name>.get" / ".set" / ".del".
+bool callable_body(std::string& out, const std::string& name, PyObject* f_in);
+
 bool callable(std::string& out, const std::string& name, PyObject* f_in) {
+  RecursionGuard guard;
+  return guard.entered && callable_body(out, name, f_in);
+}
+
+bool callable_body(std::string& out, const std::string& name, PyObject* f_in) {
   Ref held;
   PyObject* f = f_in;
   if (PyObject_TypeCheck(f, &PyStaticMethod_Type) || PyObject_TypeCheck(f, &PyClassMethod_Type)) {
