@@ -1,7 +1,9 @@
 """install() / uninstall() / enabled(): what gets patched, and that it is put back exactly."""
 from __future__ import annotations
 
+import json
 import os
+import sys
 import logging
 import warnings
 
@@ -482,3 +484,63 @@ def test_every_switch_names_an_acceleration_and_is_documented():
             assert f"`{a.legacy}`" in readme, a.legacy
 
 
+
+
+_FIRST_TRACE = r"""
+import json, sys
+import torch
+import fastfake
+if sys.argv[1] == "fastfake":
+    fastfake.install()
+from torch._subclasses import meta_utils
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.fx.experimental.proxy_tensor import make_fx
+from torch.utils import _stats
+from functorch.compile import aot_function, nop
+
+def f(x, w):
+    return torch.nn.functional.gelu(x @ w).sum(-1)
+
+out = {}
+for name, run in (
+    ("make_fx symbolic", lambda: make_fx(f, tracing_mode="symbolic")(torch.randn(4, 8), torch.randn(8, 16))),
+    ("make_fx fake", lambda: make_fx(f, tracing_mode="fake")(torch.randn(4, 8), torch.randn(8, 16))),
+    ("aot dynamic", lambda: aot_function(f, nop, dynamic=True)(torch.randn(4, 8, requires_grad=True),
+                                                              torch.randn(8, 16))),
+):
+    _stats.simple_call_counter.clear()
+    before = (FakeTensorMode.cache_hits, FakeTensorMode.cache_misses, len(FakeTensorMode.cache),
+              meta_utils.DESCRIBER_NEXT_ID)
+    run()
+    after = (FakeTensorMode.cache_hits, FakeTensorMode.cache_misses, len(FakeTensorMode.cache),
+             meta_utils.DESCRIBER_NEXT_ID)
+    out[name] = {"counter": dict(_stats.simple_call_counter), "stock cache and describers": [
+        a - b for a, b in zip(after, before)]}
+print(json.dumps(out))
+"""
+
+
+def test_a_first_trace_after_install_counts_what_stocks_counts(tmp_path):
+    """The first traces of a process where the self-test's result comes from disk
+    (nothing fastfake reads lazily may run a probe inside them: the FakeTensor
+    dict template once did, a torch.empty counted in torch.utils._stats and kept
+    in stock's cache): torch.utils._stats' counters, stock's cache hits, misses
+    and entries and the describer ids made are stock's."""
+    import subprocess
+
+    script = tmp_path / "first_trace.py"
+    script.write_text(_FIRST_TRACE)
+    env = {**os.environ, "FASTFAKE_CACHE_DIR": str(tmp_path / "cache")}
+    env.pop("FASTFAKE_DISABLE", None)
+
+    def run(impl: str) -> dict:
+        r = subprocess.run([sys.executable, str(script), impl], capture_output=True, text=True,
+                           timeout=600, env=env)
+        assert r.returncode == 0, r.stderr[-3000:]
+        return json.loads(r.stdout.strip().splitlines()[-1])
+
+    run("fastfake")  # the self-test runs once; its result is kept
+    got = run("fastfake")
+    want = run("stock")
+    assert got == want
+    assert want["make_fx symbolic"]["counter"]["FakeTensorMode.__torch_dispatch__"] > 0

@@ -160,7 +160,16 @@ def tensors_have_grad_dtype() -> bool:
 
 def fake_dict_template() -> dict:
     """The ``__dict__`` of a stock-built FakeTensor (keys in stock's order), with
-    the per-tensor fields cleared; every FakeTensor fastfake builds copies it."""
+    the per-tensor fields cleared; every FakeTensor fastfake builds copies it. A new
+    dict each call, of the sample read once (at ``install()``, where stock's cache
+    and counters are kept as they were: a later first read, inside a program's
+    trace, would count the sample's ``torch.empty`` in ``torch.utils._stats`` and
+    put an entry in stock's cache)."""
+    return dict(_fake_dict_sample())
+
+
+@functools.cache
+def _fake_dict_sample() -> dict:
     ft = _ft()
     with ft.FakeTensorMode():
         sample = torch.empty(1)
