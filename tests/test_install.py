@@ -509,13 +509,16 @@ for name, run in (
                                                               torch.randn(8, 16))),
 ):
     _stats.simple_call_counter.clear()
-    before = (FakeTensorMode.cache_hits, FakeTensorMode.cache_misses, len(FakeTensorMode.cache),
-              meta_utils.DESCRIBER_NEXT_ID)
+    before = (FakeTensorMode.cache_info(), meta_utils.DESCRIBER_NEXT_ID)
     run()
-    after = (FakeTensorMode.cache_hits, FakeTensorMode.cache_misses, len(FakeTensorMode.cache),
-             meta_utils.DESCRIBER_NEXT_ID)
-    out[name] = {"counter": dict(_stats.simple_call_counter), "stock cache and describers": [
-        a - b for a, b in zip(after, before)]}
+    after = (FakeTensorMode.cache_info(), meta_utils.DESCRIBER_NEXT_ID)
+    out[name] = {
+        "counter": dict(_stats.simple_call_counter),
+        "stock cache": [after[0].hits - before[0].hits, after[0].misses - before[0].misses,
+                        {k: v - before[0].bypasses.get(k, 0) for k, v in after[0].bypasses.items()},
+                        after[0].size - before[0].size],
+        "describers made": after[1] - before[1],
+    }
 print(json.dumps(out))
 """
 
@@ -524,8 +527,8 @@ def test_a_first_trace_after_install_counts_what_stocks_counts(tmp_path):
     """The first traces of a process where the self-test's result comes from disk
     (nothing fastfake reads lazily may run a probe inside them: the FakeTensor
     dict template once did, a torch.empty counted in torch.utils._stats and kept
-    in stock's cache): torch.utils._stats' counters, stock's cache hits, misses
-    and entries and the describer ids made are stock's."""
+    in stock's cache): torch.utils._stats' counters, stock's ``cache_info()``
+    (hits, misses, bypasses, size) and the describer ids made are stock's."""
     import subprocess
 
     script = tmp_path / "first_trace.py"
