@@ -1,9 +1,10 @@
-// The file walk behind the self-test store's key: the same listing
-// fastfake/core/selftest_store.py's reference walk gives, without a Python object per
-// directory entry.
+// The file walk behind the self-test store's key (fastfake/core/selftest_store.py):
+// the listing tests/test_selftest_store.py's reference walk in Python gives, without
+// a Python object per directory entry.
 #include "common/file_listing.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -52,6 +53,9 @@ std::string file_listing(
       out += "!" + d + ":OSError\n";
       continue;
     }
+    // (entries are stat'ed relative to the open directory: one path component
+    // resolved per file, not the whole path)
+    const int dfd = dirfd(dir);
     // (name, is a directory not reached through a symbolic link)
     std::vector<std::pair<std::string, unsigned char>> entries;
     while (struct dirent* e = readdir(dir)) {
@@ -59,7 +63,6 @@ std::string file_listing(
       if (name == "." || name == "..") continue;
       entries.emplace_back(std::move(name), e->d_type);
     }
-    closedir(dir);
     std::sort(entries.begin(), entries.end());
     std::vector<std::string> dirs;
     for (auto& [name, type] : entries) {
@@ -67,7 +70,7 @@ std::string file_listing(
       bool is_dir = type == DT_DIR;
       if (type == DT_UNKNOWN) {
         struct stat lst;
-        if (lstat(path.c_str(), &lst) != 0) {
+        if (fstatat(dfd, name.c_str(), &lst, AT_SYMLINK_NOFOLLOW) != 0) {
           out += "!" + path + ":OSError\n";
           continue;
         }
@@ -79,7 +82,7 @@ std::string file_listing(
         }
       } else if (ends_with_any(name, suffixes)) {
         struct stat st;
-        if (stat(path.c_str(), &st) != 0) {
+        if (fstatat(dfd, name.c_str(), &st, 0) != 0) {
           out += "!" + path + ":OSError\n";
           continue;
         }
@@ -91,6 +94,7 @@ std::string file_listing(
         out += '\n';
       }
     }
+    closedir(dir);
     for (auto it = dirs.rbegin(); it != dirs.rend(); ++it) stack.push_back(std::move(*it));
   }
   return out;
