@@ -6,6 +6,7 @@
 // no Python object per function, constant or code object.
 #include "common/code_digest.h"
 #include "common/compat.h"
+#include "common/refs.h"
 
 #include <algorithm>
 #include <string>
@@ -14,17 +15,6 @@
 namespace fastfake {
 
 namespace {
-
-// An owned reference released at scope exit.
-struct Ref {
-  PyObject* p = nullptr;
-  Ref() = default;
-  explicit Ref(PyObject* o) : p(o) {}
-  Ref(const Ref&) = delete;
-  Ref& operator=(const Ref&) = delete;
-  ~Ref() { Py_XDECREF(p); }
-  explicit operator bool() const { return p != nullptr; }
-};
 
 // <tag><length>:<bytes>
 void put(std::string& out, char tag, const char* data, size_t n) {
@@ -43,18 +33,15 @@ bool put_str(std::string& out, char tag, PyObject* s) {
   return true;
 }
 
-// f"{o}"
+// f"{o}" (format(o, ""))
 bool put_format(std::string& out, PyObject* o) {
-  if (PyUnicode_CheckExact(o)) return put_str(out, 's', o);
-  Ref empty(PyUnicode_FromStringAndSize("", 0));
-  if (!empty) return false;
-  Ref s(PyObject_Format(o, empty.p));
+  OwnedRef s(PyObject_Format(o, nullptr));
   return s && put_str(out, 's', s.p);
 }
 
 // repr(o)
 bool put_repr(std::string& out, PyObject* o) {
-  Ref s(PyObject_Repr(o));
+  OwnedRef s(PyObject_Repr(o));
   return s && put_str(out, 'r', s.p);
 }
 
@@ -73,10 +60,10 @@ PyObject* getattr_or_none(PyObject* o, const char* name) {
 bool put_type_name(std::string& out, PyObject* o, bool with_module) {
   PyObject* t = reinterpret_cast<PyObject*>(Py_TYPE(o));
   if (with_module) {
-    Ref m(PyObject_GetAttrString(t, "__module__"));
+    OwnedRef m(PyObject_GetAttrString(t, "__module__"));
     if (!m || !put_format(out, m.p)) return false;
   }
-  Ref q(PyObject_GetAttrString(t, "__qualname__"));
+  OwnedRef q(PyObject_GetAttrString(t, "__qualname__"));
   return q && put_format(out, q.p);
 }
 
@@ -110,7 +97,7 @@ bool names(std::string& out, PyObject* t) {
 // deeper), ")"
 bool code(std::string& out, PyObject* c, int depth) {
   auto* co = reinterpret_cast<PyCodeObject*>(c);
-  Ref bytecode(compat::code_bytes(c));
+  OwnedRef bytecode(compat::code_bytes(c));
   if (!bytecode) return false;
   if (!PyBytes_Check(bytecode.p)) {
     PyErr_SetString(PyExc_TypeError, "co_code is not bytes");
@@ -123,7 +110,7 @@ bool code(std::string& out, PyObject* c, int depth) {
   out += std::to_string(co->co_firstlineno);
   out += ';';
   if (!names(out, co->co_names)) return false;
-  Ref varnames(compat::code_varnames(c));
+  OwnedRef varnames(compat::code_varnames(c));
   if (!varnames || !names(out, varnames.p)) return false;
   if (!stable(out, co->co_consts, depth)) return false;
   out += ')';
@@ -170,7 +157,7 @@ bool stable_body(std::string& out, PyObject* v, int depth) {
   }
   if (PyCode_Check(v)) return code(out, v, depth + 1);
   if (PyTuple_Check(v) || PyList_Check(v)) {
-    Ref seq(PySequence_Fast(v, "not a sequence"));
+    OwnedRef seq(PySequence_Fast(v, "not a sequence"));
     if (!seq) return false;
     out += '(';
     Py_ssize_t n = PySequence_Fast_GET_SIZE(seq.p);
@@ -182,10 +169,10 @@ bool stable_body(std::string& out, PyObject* v, int depth) {
   }
   if (PyAnySet_Check(v)) {
     std::vector<std::string> parts;
-    Ref it(PyObject_GetIter(v));
+    OwnedRef it(PyObject_GetIter(v));
     if (!it) return false;
     while (PyObject* x = PyIter_Next(it.p)) {
-      Ref item(x);
+      OwnedRef item(x);
       std::string s;
       if (!stable(s, item.p, depth + 1)) return false;
       parts.push_back(std::move(s));
@@ -214,7 +201,7 @@ bool callable(std::string& out, const std::string& name, PyObject* f_in) {
 }
 
 bool callable_body(std::string& out, const std::string& name, PyObject* f_in) {
-  Ref held;
+  OwnedRef held;
   PyObject* f = f_in;
   if (PyObject_TypeCheck(f, &PyStaticMethod_Type) || PyObject_TypeCheck(f, &PyClassMethod_Type)) {
     held.p = PyObject_GetAttrString(f, "__func__");
@@ -235,11 +222,11 @@ bool callable_body(std::string& out, const std::string& name, PyObject* f_in) {
     for (auto* g : got) Py_XDECREF(g);
     return ok;
   }
-  Ref code_obj(getattr_or_none(f, "__code__"));
+  OwnedRef code_obj(getattr_or_none(f, "__code__"));
   if (!code_obj) return false;
-  Ref module(getattr_or_none(f, "__module__"));
+  OwnedRef module(getattr_or_none(f, "__module__"));
   if (!module) return false;
-  Ref qualname(getattr_or_none(f, "__qualname__"));
+  OwnedRef qualname(getattr_or_none(f, "__qualname__"));
   if (!qualname) return false;
   bool is_code = PyCode_Check(code_obj.p);
   out += is_code ? 'F' : 'B';
@@ -247,7 +234,7 @@ bool callable_body(std::string& out, const std::string& name, PyObject* f_in) {
   if (!put_format(out, module.p) || !put_format(out, qualname.p)) return false;
   if (is_code) {
     if (!code(out, code_obj.p, 0)) return false;
-    Ref defaults(getattr_or_none(f, "__defaults__"));
+    OwnedRef defaults(getattr_or_none(f, "__defaults__"));
     return defaults && stable(out, defaults.p, 0);
   }
   return put_type_name(out, f, true);
@@ -258,7 +245,7 @@ PyObject* sorted_items(PyObject* mapping) {
   PyObject* items = PyMapping_Items(mapping);
   if (items == nullptr) return nullptr;
   if (!PyList_Check(items)) {
-    Ref seq(items);
+    OwnedRef seq(items);
     items = PySequence_List(seq.p);
     if (items == nullptr) return nullptr;
   }
@@ -270,7 +257,7 @@ PyObject* sorted_items(PyObject* mapping) {
 }
 
 bool in_volatile(PyObject* volatile_, const std::string& key, bool& found) {
-  Ref s(PyUnicode_FromStringAndSize(key.data(), static_cast<Py_ssize_t>(key.size())));
+  OwnedRef s(PyUnicode_FromStringAndSize(key.data(), static_cast<Py_ssize_t>(key.size())));
   if (!s) return false;
   int r = PySequence_Contains(volatile_, s.p);
   if (r < 0) return false;
@@ -280,8 +267,7 @@ bool in_volatile(PyObject* volatile_, const std::string& key, bool& found) {
 
 // f"{key}" as UTF-8
 bool key_text(PyObject* key, std::string& out) {
-  Ref empty(PyUnicode_FromStringAndSize("", 0));
-  Ref s(empty ? PyObject_Format(key, empty.p) : nullptr);
+  OwnedRef s(PyObject_Format(key, nullptr));
   if (!s) return false;
   Py_ssize_t n = 0;
   const char* c = PyUnicode_AsUTF8AndSize(s.p, &n);
@@ -301,11 +287,11 @@ bool scalar(std::string& out, const std::string& name, PyObject* v, PyObject* vo
 }
 
 bool walk_module(std::string& out, PyObject* module, PyObject* volatile_) {
-  Ref modname(PyObject_GetAttrString(module, "__name__"));
+  OwnedRef modname(PyObject_GetAttrString(module, "__name__"));
   if (!modname) return false;
-  Ref md(PyObject_GetAttrString(module, "__dict__"));  // vars(module)
+  OwnedRef md(PyObject_GetAttrString(module, "__dict__"));  // vars(module)
   if (!md) return false;
-  Ref items(sorted_items(md.p));
+  OwnedRef items(sorted_items(md.p));
   if (!items) return false;
   for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items.p); ++i) {
     PyObject* pair = PyList_GET_ITEM(items.p, i);
@@ -313,31 +299,31 @@ bool walk_module(std::string& out, PyObject* module, PyObject* volatile_) {
     std::string name;
     if (!key_text(PyTuple_GET_ITEM(pair, 0), name)) return false;
     if (PyType_Check(v)) {
-      Ref vmod(PyObject_GetAttrString(v, "__module__"));
+      OwnedRef vmod(PyObject_GetAttrString(v, "__module__"));
       if (!vmod) return false;
       int differs = PyObject_RichCompareBool(vmod.p, modname.p, Py_NE);
       if (differs < 0) return false;
       if (differs) {  // "C" name module qualname: a class from elsewhere
         out += 'C';
         put(out, 's', name.data(), name.size());
-        Ref q(PyObject_GetAttrString(v, "__qualname__"));
+        OwnedRef q(PyObject_GetAttrString(v, "__qualname__"));
         if (!q || !put_format(out, vmod.p) || !put_format(out, q.p)) return false;
         continue;
       }
       // "K" name [its mro's qualnames], then its callables and scalars
-      Ref mro(PyObject_GetAttrString(v, "__mro__"));
-      Ref mro_seq(mro ? PySequence_Fast(mro.p, "__mro__ is not a sequence") : nullptr);
+      OwnedRef mro(PyObject_GetAttrString(v, "__mro__"));
+      OwnedRef mro_seq(mro ? PySequence_Fast(mro.p, "__mro__ is not a sequence") : nullptr);
       if (!mro_seq) return false;
       out += 'K';
       put(out, 's', name.data(), name.size());
       out += '(';
       for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(mro_seq.p); ++j) {
-        Ref q(PyObject_GetAttrString(PySequence_Fast_GET_ITEM(mro_seq.p, j), "__qualname__"));
+        OwnedRef q(PyObject_GetAttrString(PySequence_Fast_GET_ITEM(mro_seq.p, j), "__qualname__"));
         if (!q || !put_format(out, q.p)) return false;
       }
       out += ')';
-      Ref cd(PyObject_GetAttrString(v, "__dict__"));  // vars(cls)
-      Ref attrs(cd ? sorted_items(cd.p) : nullptr);
+      OwnedRef cd(PyObject_GetAttrString(v, "__dict__"));  // vars(cls)
+      OwnedRef attrs(cd ? sorted_items(cd.p) : nullptr);
       if (!attrs) return false;
       for (Py_ssize_t j = 0; j < PyList_GET_SIZE(attrs.p); ++j) {
         PyObject* apair = PyList_GET_ITEM(attrs.p, j);
@@ -387,11 +373,11 @@ PyObject* last_code_line(PyObject* code_obj) {
   }
   auto* co = reinterpret_cast<PyCodeObject*>(code_obj);
   long last = co->co_firstlineno;
-  Ref positions(PyObject_CallMethod(code_obj, "co_positions", nullptr));
-  Ref it(positions ? PyObject_GetIter(positions.p) : nullptr);
+  OwnedRef positions(PyObject_CallMethod(code_obj, "co_positions", nullptr));
+  OwnedRef it(positions ? PyObject_GetIter(positions.p) : nullptr);
   if (!it) return nullptr;
   while (PyObject* x = PyIter_Next(it.p)) {
-    Ref item(x);
+    OwnedRef item(x);
     if (!PyTuple_Check(item.p) || PyTuple_GET_SIZE(item.p) < 2) {
       PyErr_SetString(PyExc_TypeError, "co_positions() gave no (start, end, ...) tuple");
       return nullptr;
@@ -407,7 +393,7 @@ PyObject* last_code_line(PyObject* code_obj) {
   for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(consts); ++i) {
     PyObject* c = PyTuple_GET_ITEM(consts, i);
     if (!PyCode_Check(c)) continue;
-    Ref inner(last_code_line(c));
+    OwnedRef inner(last_code_line(c));
     if (!inner) return nullptr;
     long e = PyLong_AsLong(inner.p);
     if (e > last) last = e;

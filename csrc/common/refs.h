@@ -1,4 +1,5 @@
-// A strong reference kept in a C++ slot (a setup call's arguments).
+// Strong references held from C++: one kept in a slot (a setup call's arguments),
+// one owned for a scope.
 #pragma once
 
 #include <Python.h>
@@ -12,5 +13,26 @@ inline void hold_ref(PyObject*& slot, PyObject* o) {
   Py_XINCREF(o);
   Py_XSETREF(slot, o);
 }
+
+// An owned reference released at scope exit: OwnedRef(o) takes over a new
+// reference, OwnedRef(o, true) takes one of its own to a borrowed object.
+struct OwnedRef {
+  PyObject* p = nullptr;
+  OwnedRef() = default;
+  explicit OwnedRef(PyObject* o, bool borrowed = false) : p(o) {
+    if (borrowed) Py_XINCREF(p);
+  }
+  OwnedRef(const OwnedRef&) = delete;
+  OwnedRef& operator=(const OwnedRef&) = delete;
+  ~OwnedRef() {
+    Py_XDECREF(p);
+  }
+  PyObject* get() const {
+    return p;
+  }
+  explicit operator bool() const {
+    return p != nullptr;
+  }
+};
 
 } // namespace fastfake

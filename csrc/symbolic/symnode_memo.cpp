@@ -247,23 +247,6 @@ PyObject* raw_hint(const Method& m, PyObject* ha, PyObject* hb) {
   return h;
 }
 
-// An owned reference, released at scope exit.
-struct Ref {
-  PyObject* p = nullptr;
-  Ref() = default;
-  explicit Ref(PyObject* o, bool borrowed) : p(o) {
-    if (borrowed) Py_XINCREF(p);
-  }
-  Ref(const Ref&) = delete;
-  Ref& operator=(const Ref&) = delete;
-  ~Ref() {
-    Py_XDECREF(p);
-  }
-  PyObject* get() const {
-    return p;
-  }
-};
-
 PyObject* memo_call(PyObject* capsule, PyObject* const* args, Py_ssize_t nargs) {
   const size_t idx = PyLong_AsSize_t(capsule);
   if (idx >= g_methods.size()) {
@@ -285,15 +268,15 @@ PyObject* memo_call(PyObject* capsule, PyObject* const* args, Py_ssize_t nargs) 
   }
   // Everything read from the operands is held: Python code runs below (the hint,
   // the expr property, SymNode's constructor).
-  const Ref env(instance_attr(self, s.shape_env), true);
+  const OwnedRef env(instance_attr(self, s.shape_env), true);
   if (env.get() == nullptr || env.get() == Py_None || !quiet_state(env.get())) {
     ++g_counts[kStockState];
     return call_stock(m, args, nargs);
   }
-  const Ref ha(instance_attr(self, s.hint), true);
-  const Ref hb(instance_attr(other, s.hint), true);
-  const Ref ta(instance_attr(self, s.pytype), true);
-  const Ref tb(instance_attr(other, s.pytype), true);
+  const OwnedRef ha(instance_attr(self, s.hint), true);
+  const OwnedRef hb(instance_attr(other, s.hint), true);
+  const OwnedRef ta(instance_attr(self, s.pytype), true);
+  const OwnedRef tb(instance_attr(other, s.pytype), true);
   // (what stock's `self._optimized_summation` reads: the constructor sets it, the
   // class has its default; compared with Py_True / Py_False only)
   PyObject* oa = plain_attr(self, s.osum);
@@ -308,14 +291,14 @@ PyObject* memo_call(PyObject* capsule, PyObject* const* args, Py_ssize_t nargs) 
   const bool osum_b = ob == Py_True;
   // Stock computes the hint before reading any expr: a hint that raises (say a
   // division by zero) must reach stock with the exprs unread.
-  Ref probe(raw_hint(m, ha.get(), hb.get()), false);
+  OwnedRef probe(raw_hint(m, ha.get(), hb.get()), false);
   if (probe.get() == nullptr) {
     ++g_counts[kStockError];
     return call_stock(m, args, nargs);
   }
-  const Ref ea(PyObject_GetAttr(self, s.expr), false);
+  const OwnedRef ea(PyObject_GetAttr(self, s.expr), false);
   if (ea.get() == nullptr) return nullptr;
-  const Ref eb(PyObject_GetAttr(other, s.expr), false);
+  const OwnedRef eb(PyObject_GetAttr(other, s.expr), false);
   if (eb.get() == nullptr) return nullptr;
   const Key key{idx, ea.get(), eb.get(), ta.get(), tb.get(), osum_a, osum_b};
   auto it = g_memo.find(key);
@@ -342,8 +325,8 @@ PyObject* memo_call(PyObject* capsule, PyObject* const* args, Py_ssize_t nargs) 
     return r;
   }
   // The entry's objects are held too: building the SymNode runs Python code.
-  const Ref out(it->second.out, true);
-  const Ref pytype(it->second.pytype, true);
+  const OwnedRef out(it->second.out, true);
+  const OwnedRef pytype(it->second.pytype, true);
   bool osum = it->second.osum;
   // The probe is op(hints) before the pytype conversion; convert it as stock does.
   if (pytype.get() != Py_None && probe.get() != Py_None &&
