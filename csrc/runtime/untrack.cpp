@@ -87,14 +87,15 @@ struct Walk {
       }
       return false;
     }
+    // (counted whether or not CPython's collector untracked it first: it untracks
+    // tuples of untracked items itself when a collection passes them, so a count
+    // of this walk's own untrackings would follow the collector's timing)
     if (!all) {
-      if (PyObject_GC_IsTracked(o)) ++counts[Left];
+      ++counts[Left];
       return false;
     }
-    if (PyObject_GC_IsTracked(o)) {
-      PyObject_GC_UnTrack(o);
-      ++counts[Tuples];
-    }
+    if (PyObject_GC_IsTracked(o)) PyObject_GC_UnTrack(o);
+    ++counts[Tuples];
     return true;
   }
 };
@@ -123,14 +124,14 @@ bool untrack_inert(PyObject* o) {
 
 void untrack_owned_dict(PyObject* d) {
   State& s = state();
-  if (!s.on || d == nullptr || !PyDict_CheckExact(d) || !PyObject_GC_IsTracked(d)) return;
+  if (!s.on || d == nullptr || !PyDict_CheckExact(d)) return;
   Walk w{s.basic, s.counts};
   Py_ssize_t pos = 0;
   PyObject *k, *v;
   while (PyDict_Next(d, &pos, &k, &v)) {
     if (!w.visit(k, 1) || !w.visit(v, 1)) return;
   }
-  PyObject_GC_UnTrack(d);
+  if (PyObject_GC_IsTracked(d)) PyObject_GC_UnTrack(d); // (CPython may have, as for tuples)
   ++s.counts[Dicts];
 }
 

@@ -31,9 +31,14 @@ is inert). ``FASTFAKE_DISABLE=untrack`` turns it off (what was untracked stays s
 it is freed by reference counting as before). The self-test (feature
 ``untrack``) runs a symbolic program and must see records untracked.
 
-Counters (``stats()``): ``untrack.tuples`` (tuples and frozensets untracked),
-``untrack.dicts`` (templates untracked), ``untrack.left`` (tuples and
-frozensets looked at and left tracked: an item was not inert).
+Counters (``stats()``): ``untrack.tuples`` (tuples and frozensets found inert
+and kept out of the collector), ``untrack.dicts`` (templates found inert and kept
+out), ``untrack.left`` (tuples and frozensets looked at and left tracked: an item
+was not inert). Each counts what the walk found, whether or not CPython's collector
+had untracked the container first (it untracks tuples and dicts of untracked items
+itself when a collection passes them): a count of the walk's own untrackings would
+follow the collector's timing, and the same program would count differently from
+one run to the next.
 """
 from __future__ import annotations
 
