@@ -32,7 +32,10 @@ kept chunks were reused. ``FASTFAKE_DISABLE=frame_stack`` turns it off;
 
 Counters (``stats()``): ``frame_stack.reused`` (requests answered with a kept
 chunk), ``frame_stack.kept``, ``frame_stack.released`` (freed past the bound),
-``frame_stack.flushed`` (kept chunks handed back when it was turned off).
+``frame_stack.flushed`` (kept chunks handed back when it was turned off). They
+count what the process's stack did, not what a program is: the same trace counts
+differently when the cyclic collector runs at another point of it (a collection's
+callbacks and finalizers push frames too).
 """
 from __future__ import annotations
 
