@@ -24,6 +24,7 @@
 #include "tracing/config_attr.h"
 #include "tracing/functional_dispatch.h"
 #include "tracing/proxy_dispatch.h"
+#include "tracing/sym_register.h"
 
 #include <pybind11/pybind11.h>
 #include <torch/csrc/utils/pybind.h>
@@ -374,6 +375,24 @@ PYBIND11_MODULE(_C, m) {
   m.def("set_config_attr_check", [](py::handle check) { config_attr_set_check(check.ptr()); });
   m.def("config_attr_counts", []() { return config_attr_counts(); });
   m.def("config_attr_set_counts", [](const std::map<std::string, uint64_t>& c) { config_attr_set_counts(c); });
+  m.def(
+      "setup_sym_register",
+      [](py::handle stock, py::handle module_dict, py::handle module_names, py::handle fx_dict, py::handle sym_types,
+         py::handle symnode_dict_type, py::handle thunk_type, py::handle proxy_type, py::handle set_proxy_slot,
+         py::handle computed_thunk, py::handle opaque_types, py::handle opaque_keys) {
+        sym_register_setup(stock.ptr(), module_dict.ptr(), module_names.ptr(), fx_dict.ptr(), sym_types.ptr(),
+                           symnode_dict_type.ptr(), thunk_type.ptr(), proxy_type.ptr(), set_proxy_slot.ptr(),
+                           computed_thunk.ptr(), opaque_types.ptr(), opaque_keys.ptr());
+      },
+      "Binds stock's _sym_register and what its plain path reads and calls (csrc/tracing/sym_register.cpp).");
+  m.def(
+      "sym_register_function",
+      []() { return steal_or_throw(sym_register_function()); },
+      "What proxy_tensor._sym_register becomes (csrc/tracing/sym_register.cpp).");
+  m.def("sym_register_enable", [](bool on) { sym_register_enable(on); });
+  m.def("set_sym_register_check", [](py::handle check) { sym_register_set_check(check.ptr()); });
+  m.def("sym_register_counts", []() { return sym_register_counts(); });
+  m.def("sym_register_set_counts", [](const std::map<std::string, uint64_t>& c) { sym_register_set_counts(c); });
   m.def(
       "setup_functional_dispatch",
       [](py::handle mode_type, py::handle tensor_type, py::handle stock, py::handle facts, py::handle wrap_outputs,
@@ -753,12 +772,14 @@ PYBIND11_MODULE(_C, m) {
           proxy_dispatch_inject_fault(n);
         } else if (kind == "proxy_dispatch_syms") {
           proxy_dispatch_inject_sym_fault(n);
+        } else if (kind == "sym_register") {
+          sym_register_inject_fault(n);
         } else {
           throw py::value_error(
               "_inject_fault: kind is 'dtype', 'device', 'convert', 'portable', 'portable_admit', "
               "'portable_commit', 'rerun', "
               "'symnode', 'symnode_expr', 'symnode_int', 'item_memo', 'pytree', 'config_attr', "
-              "'functional_dispatch', 'proxy_dispatch' or 'proxy_dispatch_syms'");
+              "'functional_dispatch', 'proxy_dispatch', 'proxy_dispatch_syms' or 'sym_register'");
         }
       },
       py::arg("n"),

@@ -640,6 +640,31 @@ def proxy_dispatch_counts() -> dict[str, int]:
 def proxy_dispatch_set_counts(counts: dict[str, int]) -> None:
     """Put saved counts back (missing names are zero)."""
 
+def setup_sym_register(stock: Any, module_dict: dict, module_names: dict, fx_dict: dict, sym_types: tuple,
+                       symnode_dict_type: type, thunk_type: type, proxy_type: type, set_proxy_slot: Any,
+                       computed_thunk: Any, opaque_types: Any, opaque_keys: Any) -> None:
+    """Bind stock's ``proxy_tensor._sym_register`` (every call not on the plain path),
+    ``proxy_tensor``'s dict and the (name, value) pairs of it the plain path stands for
+    (checked per call), ``torch.fx``'s dict (``fx.Proxy``), the sym types,
+    ``_SymNodeDict``, ``Thunk``, ``fx.Proxy``, stock's ``set_proxy_slot``, a function
+    making ``Thunk(lambda: r)``, the opaque-type registry's dict (None: none) and its
+    keys for SymInt, SymFloat, SymBool and ``object``."""
+
+def sym_register_function() -> Any:
+    """What ``proxy_tensor._sym_register`` becomes (csrc/tracing/sym_register.cpp)."""
+
+def sym_register_enable(on: bool) -> None:
+    """Serve plain calls (True) or hand every call to stock's function (False)."""
+
+def set_sym_register_check(check: Any) -> None:
+    """crosscheck: ``check(tracer, func, args, out, node)`` after every served call (None: off)."""
+
+def sym_register_counts() -> dict[str, int]:
+    """``served``, ``not_sym``, ``stock.<reason>``."""
+
+def sym_register_set_counts(counts: dict[str, int]) -> None:
+    """Put saved counts back (missing names are zero)."""
+
 def setup_detach(stock: Any) -> None:
     """Bind stock's ``fast_detach`` (called for every case :func:`fast_detach` does
     not serve)."""
@@ -743,7 +768,9 @@ def _inject_fault(n: int, kind: str = "dtype") -> None:
     return the inner (unwrapped) outputs; ``kind="proxy_dispatch"``: the next ``n``
     calls the C proxy mode serves leave their output untracked (no proxy slot, no
     ``val`` / ``tensor_meta``); ``kind="proxy_dispatch_syms"``: the next ``n``
-    outputs with symbolic sizes it tracks leave their SymInts without proxy slots."""
+    outputs with symbolic sizes it tracks leave their SymInts without proxy slots;
+    ``kind="sym_register"``: the next ``n`` SymNode operations the C
+    ``_sym_register`` serves leave their result without a proxy slot."""
 
 def _faults_requested() -> int:
     """Testing only: how many non-zero faults :func:`_inject_fault` was asked for in

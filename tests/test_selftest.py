@@ -17,6 +17,7 @@ from fastfake.tracing import fake_prop as _fake_prop
 from fastfake.tracing import pytree as _pytree
 from fastfake.tracing import functional_dispatch as _functional_dispatch
 from fastfake.tracing import proxy_dispatch as _proxy_dispatch
+from fastfake.tracing import sym_register as _sym_register
 from fastfake.store import records as _store
 from fastfake.cache import item_memo as _item_memo
 from fastfake.cache import rerun as _rerun
@@ -67,6 +68,8 @@ def test_passes_here_and_every_feature_served():
         expected.add("functional_dispatch")
     if _proxy_dispatch.available():
         expected.add("proxy_dispatch")
+    if _sym_register.available():
+        expected.add("sym_register")
     if _store.available():
         expected.add("store")
     if _frame_stack.available():
@@ -320,7 +323,7 @@ def test_broken_proxy_replay_is_caught():
         import fastfake
         from fastfake.tracing import functional as _functional
         _functional._setup()
-        _functional._State.sym_register = lambda *a: None
+        _functional._State.proxy_tensor_dict = {"_sym_register": lambda *a: None}
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
             fastfake.install()

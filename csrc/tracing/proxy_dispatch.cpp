@@ -36,6 +36,7 @@
 
 #include "common/counts.h"
 #include "common/fastfake.h"
+#include "common/bindings.h"
 #include "common/refs.h"
 #include "tracing/mode_method.h"
 #include "tracing/mode_noop.h"
@@ -67,7 +68,7 @@ struct State {
   PyObject* facts = nullptr;
   PyObject* sym_proxy = nullptr;
   PyObject* module_dict = nullptr;
-  std::vector<std::pair<PyObject*, PyObject*>> module_names; // (name, value), strong
+  NameBindings module_names;
   PyObject* stats_dict = nullptr;
   PyObject* counter_key = nullptr;
   PyObject* traceback_dict = nullptr;
@@ -245,12 +246,7 @@ bool plain_leaf(PyObject* x) {
 
 // The names of proxy_tensor the path relies on are bound as at setup.
 bool module_names_hold() {
-  for (const auto& [name, value] : g.module_names) {
-    if (PyDict_GetItemWithError(g.module_dict, name) != value) {
-      PyErr_Clear();
-      return false;
-    }
-  }
+  if (!g.module_names.hold(g.module_dict)) return false;
   PyObject* has = PyDict_GetItemWithError(g.traceback_dict, names().has_preserved);
   if (has != g.has_preserved) {
     PyErr_Clear();
@@ -920,21 +916,9 @@ int proxy_dispatch_setup(PyObject* refs) {
   }
   PyObject* bound = item(refs, "module_names");
   if (bound == nullptr) return -1;
-  if (!PyDict_Check(bound)) {
+  if (!g.module_names.bind(bound)) {
     PyErr_SetString(PyExc_TypeError, "fastfake: proxy_dispatch_setup: module_names is a dict");
     return -1;
-  }
-  for (auto& [name, value] : g.module_names) {
-    Py_DECREF(name);
-    Py_DECREF(value);
-  }
-  g.module_names.clear();
-  Py_ssize_t pos = 0;
-  PyObject *k, *v;
-  while (PyDict_Next(bound, &pos, &k, &v)) {
-    Py_INCREF(k);
-    Py_INCREF(v);
-    g.module_names.emplace_back(k, v);
   }
   const Slot calls[] = {
       {"track_tensor_tree", &g.track_tensor_tree},

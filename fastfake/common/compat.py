@@ -187,7 +187,10 @@ def proxy_sym_register():
     FunctionalTensor storage-size memo then leaves proxy-traced wrappers to stock."""
     from torch.fx.experimental import proxy_tensor
 
-    fn = getattr(proxy_tensor, "_sym_register", None)
+    from fastfake.common.originals import ORIGINALS
+
+    # (stock's, also while fastfake's C one is in place: fastfake/tracing/sym_register.py)
+    fn = ORIGINALS.get((proxy_tensor, "_sym_register")) or getattr(proxy_tensor, "_sym_register", None)
     if fn is None:
         return None
     params = list(inspect.signature(fn).parameters)
@@ -746,6 +749,32 @@ def config_attr_proven() -> bool:
     try:
         return config_attr_source_digest() in CONFIG_ATTR_SOURCES
     except (ImportError, KeyError):  # (2.9's ConfigModule has no _warn_if_deprecated)
+        return False
+
+
+#: Digest of the proxy mode's record of a SymNode operation and what its plain call
+#: runs (``stock_sources.sym_register_functions``) -> the releases
+#: csrc/tracing/sym_register.cpp was proven on.
+SYM_REGISTER_SOURCES: dict[str, str] = {
+    "f4df75be30972edd": "2.13.0",
+}
+
+
+@functools.cache
+def sym_register_source_digest() -> str | None:
+    from fastfake.common.stock_sources import sym_register_functions
+
+    return _source_digest(lambda source: "\n--\n".join(source(fn) for fn in sym_register_functions()),
+                          SYM_REGISTER_SOURCES)
+
+
+def sym_register_proven() -> bool:
+    """``proxy_tensor._sym_register`` records a SymNode operation as
+    csrc/tracing/sym_register.cpp does: it and what its plain call runs are
+    source-identical to a release that was proven (2.9 has no ``_sym_register``)."""
+    try:
+        return sym_register_source_digest() in SYM_REGISTER_SOURCES
+    except (ImportError, KeyError, AttributeError):
         return False
 
 

@@ -114,6 +114,24 @@ def config_attr_functions() -> list[object]:
     return [d["__getattr__"], d["_warn_if_deprecated"], d["_get_alias_val"], d["_get_alias_module_and_name"]]
 
 
+def sym_register_functions() -> list[object]:
+    """The stock code csrc/tracing/sym_register.cpp stands for: ``_sym_register`` and
+    what its plain call runs (``thunkify``, ``_compute_proxy``, ``get_proxy_slot``,
+    ``set_meta``, ``extract_val``, ``is_fake``, ``_enable_thunkify``, the opaque-value
+    test a SymInt passes through, ``_SymNodeDict.get`` and ``Thunk``)."""
+    from torch._library import opaque_object
+    from torch.fx.experimental import proxy_tensor as pt
+    from torch.utils import _python_dispatch as pd
+    from torch.utils import _thunk
+
+    return [
+        pt._sym_register, pt.thunkify, pt._compute_proxy, pt.get_proxy_slot, pt.set_meta, pt.extract_val,
+        pt.is_fake, pd.is_traceable_wrapper_subclass, pt._enable_thunkify.__wrapped__, pt.is_opaque_value,
+        opaque_object.is_opaque_type, opaque_object._resolve_opaque_type_info, vars(pt._SymNodeDict)["get"],
+        vars(_thunk.Thunk)["__init__"], vars(_thunk.Thunk)["force"],
+    ]
+
+
 def functional_dispatch_functions() -> list[object]:
     """The stock code csrc/tracing/functional_dispatch.cpp stands for: the functional
     mode's ``__torch_dispatch__`` (stock's own, also while fastfake's is in place) and

@@ -260,6 +260,16 @@ ACCELERATIONS: tuple[Acceleration, ...] = (
         counts="ext:proxy_dispatch_counts,proxy_dispatch_set_counts",
         module="csrc/tracing/proxy_dispatch.cpp, fastfake/tracing/proxy_dispatch.py"),
     Acceleration(
+        "sym_register", "the proxy mode's SymNode records",
+        "`proxy_tensor._sym_register` (make_fx's record of every traced SymNode operation: a size's arithmetic, a view's shape, a FunctionalTensor's storage size) for plain calls: thunkification off, every symbolic argument tracked",
+        "stock's function and what its plain call runs source-identical to a proven release, the module names it relies on checked per call; the node made by the tracer's own create_node, the proxy slot set by stock's set_proxy_slot with stock's computed thunk; self-test",
+        ("sym_register.served",), "sym_register.", "either",
+        available="fastfake.tracing.sym_register:available",
+        apply="fastfake.tracing.sym_register:apply",
+        crosscheck="stock's get_proxy_slot on every served record: the node's target, arguments and val, and the result's proxy slot",
+        counts="ext:sym_register_counts,sym_register_set_counts",
+        module="csrc/tracing/sym_register.cpp, fastfake/tracing/sym_register.py"),
+    Acceleration(
         "real_inputs", "real inputs",
         "converting real tensor arguments under `allow_non_fake_inputs`",
         "the mode's own converter, as stock converts them",

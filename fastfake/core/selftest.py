@@ -915,6 +915,45 @@ def _functional_dispatch_program(mode, dev: str) -> list:
     return out
 
 
+def _sym_register_program(mode, dev: str) -> list:
+    """make_fx symbolic traces whose SymNode operations are recorded at once (not
+    thunkified): SymInt arithmetic of every kind the trace meets (multiplication,
+    addition, subtraction, floor division, sym_max, a comparison that guards, one
+    multiplied by one, a result that is a constant), sizes made from it,
+    ``torch.sym_sum`` (one list: stock's), and a functionalized function whose
+    wrappers' storage sizes are traced; the graphs (code and every node's meta, the
+    unused SymInt nodes too) and the guards."""
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def arith(x, y):
+        n = x.shape[0] * x.shape[1]
+        m = n + y.shape[0] - 1
+        h = x.reshape(n).repeat(2)[:m]
+        k = (x.shape[0] + 2) // 2
+        u = torch.sym_max(x.shape[0], y.shape[0])
+        z = torch.zeros(k, u, device=x.device)
+        s = torch.sym_sum([x.shape[0], x.shape[1], y.shape[0]])
+        w = x.new_zeros(s) if x.shape[1] * 1 > 2 else x.new_ones(s)
+        _unused = (x.shape[0] - 1) * (y.shape[0] + 3)
+        return h * 2, z + 1, w, n - n + 2
+
+    def views(x, y):
+        a = x.view(-1).narrow(0, 1, x.shape[0] * 2)
+        a.add_(y[: a.shape[0]].sum())
+        b = x.t().reshape(x.shape[1], x.shape[0] // 2, 2)
+        return x + 1, b.sum(), a
+
+    out = []
+    with unset_fake_temporarily():
+        for name, fn in (("SymInt arithmetic", arith), ("functionalized views", torch.func.functionalize(views))):
+            gm = make_fx(fn, tracing_mode="symbolic")(torch.randn(4, 6, device=dev), torch.randn(9, device=dev))
+            env = next(n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder").shape[0].node.shape_env
+            out.append((f"make_fx symbolic: {name}", (),
+                        repr((gm.code, _graph_description(gm), [str(g.expr) for g in env.guards]))))
+    return out
+
+
 # (feature, program, needs a ShapeEnv, devices it runs on)
 def _groups() -> list[tuple[str, Program, bool, tuple[str, ...]]]:
     accel = ["cuda"]
@@ -945,6 +984,7 @@ def _groups() -> list[tuple[str, Program, bool, tuple[str, ...]]]:
         ("config_attr", _config_attr_program, False, ("cpu",)),
         ("functional_dispatch", _functional_dispatch_program, True, ("cpu",)),
         ("proxy_dispatch", _functional_dispatch_program, True, ("cpu",)),
+        ("sym_register", _sym_register_program, True, ("cpu",)),
         # (records learned in the other ShapeEnv are stored, and untracked, by the
         # tables; the results are stock's whether or not: it must serve)
         ("untrack", _portable_program, True, ("cpu",)),

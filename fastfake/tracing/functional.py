@@ -64,7 +64,8 @@ class _State:
     logging_internal: Any = None
     get_proxy_mode: Any = None
     crosscheck = False
-    sym_register: Any = None
+    sym_register: Any = None  # stock's _sym_register (None: none on this release)
+    proxy_tensor_dict: dict = {}
 
 
 def counters() -> dict[str, int]:
@@ -105,6 +106,11 @@ def _setup() -> None:
     from fastfake.common import compat as _compat
 
     _State.sym_register = _compat.proxy_sym_register()
+    from torch.fx.experimental import proxy_tensor
+
+    # (a replay registers through whatever proxy_tensor._sym_register is now, as
+    # stock's __sym_dispatch__ does: fastfake's C one where sym_register is on)
+    _State.proxy_tensor_dict = vars(proxy_tensor)
 
 
 def _key_part(x: Any, key: list, env_box: list) -> bool:
@@ -329,7 +335,7 @@ def _tape(calls: list, values: list, env: Any, nbytes: Any) -> tuple | None:
 
 def _replay(tape: tuple, values: list, env: Any, tracer: Any) -> Any:
     steps, result = tape
-    register = _State.sym_register
+    register = _State.proxy_tensor_dict["_sym_register"]
     outs: list = []
 
     def get(r):
