@@ -117,18 +117,26 @@ def config_attr_functions() -> list[object]:
 def sym_register_functions() -> list[object]:
     """The stock code csrc/tracing/sym_register.cpp stands for: ``_sym_register`` and
     what its plain call runs (``thunkify``, ``_compute_proxy``, ``get_proxy_slot``,
-    ``set_meta``, ``extract_val``, ``is_fake``, ``_enable_thunkify``, the opaque-value
-    test a SymInt passes through, ``_SymNodeDict.get`` and ``Thunk``)."""
+    ``set_meta``, ``extract_val``, ``is_fake`` (and 2.14's ``is_fake_tensor``),
+    ``_enable_thunkify``, the opaque-value test a SymInt passes through (by its
+    release's name: :func:`fastfake.common.compat.proxy_opaque_value_test`),
+    ``_SymNodeDict.get`` and ``Thunk``)."""
     from torch._library import opaque_object
     from torch.fx.experimental import proxy_tensor as pt
     from torch.utils import _python_dispatch as pd
     from torch.utils import _thunk
 
+    from torch._subclasses import fake_tensor
+
+    from fastfake.common.compat import proxy_opaque_value_test
+
+    value_test, type_test = proxy_opaque_value_test()
+    fake_test = [fake_tensor.is_fake_tensor] if hasattr(fake_tensor, "is_fake_tensor") else []  # (2.14+)
     return [
         pt._sym_register, pt.thunkify, pt._compute_proxy, pt.get_proxy_slot, pt.set_meta, pt.extract_val,
-        pt.is_fake, pd.is_traceable_wrapper_subclass, pt._enable_thunkify.__wrapped__, pt.is_opaque_value,
-        opaque_object.is_opaque_type, opaque_object._resolve_opaque_type_info, vars(pt._SymNodeDict)["get"],
-        vars(_thunk.Thunk)["__init__"], vars(_thunk.Thunk)["force"],
+        pt.is_fake, *fake_test, pd.is_traceable_wrapper_subclass, pt._enable_thunkify.__wrapped__,
+        vars(pt)[value_test], vars(opaque_object)[type_test], opaque_object._resolve_opaque_type_info,
+        vars(pt._SymNodeDict)["get"], vars(_thunk.Thunk)["__init__"], vars(_thunk.Thunk)["force"],
     ]
 
 

@@ -48,11 +48,16 @@ from fastfake.common.originals import ORIGINALS, original
 _FUNCTION: list = []
 
 #: The names of ``proxy_tensor`` the C path stands for or calls; a served call needs
-#: each still bound to the object it had at setup.
+#: each still bound to the object it had at setup. (The opaque-value test's, by
+#: release, is added by :func:`module_names`.)
 MODULE_NAMES = (
     "thunkify", "_compute_proxy", "get_proxy_slot", "set_proxy_slot", "set_meta", "extract_val", "is_fake",
-    "_enable_thunkify", "is_opaque_value", "py_sym_types", "Thunk", "fx", "_SymNodeDict",
+    "_enable_thunkify", "py_sym_types", "Thunk", "fx", "_SymNodeDict",
 )
+
+
+def module_names() -> tuple:
+    return (*MODULE_NAMES, _compat.proxy_opaque_value_test()[0])
 
 
 def _pt():
@@ -124,7 +129,7 @@ def available() -> bool:
     own = vars(pt).get("_sym_register")
     if own is None or (own is not _stock() and (not _FUNCTION or own is not _FUNCTION[0])):
         return False
-    if any(name not in vars(pt) for name in MODULE_NAMES):
+    if any(name not in vars(pt) for name in module_names()):
         return False
     if _opaque_registry(opaque_object)[0] is None:
         return False
@@ -140,7 +145,7 @@ def _setup() -> Any:
         pt = _pt()
         registry, keys = _opaque_registry(opaque_object)
         _C.setup_sym_register(
-            _stock(), vars(pt), {name: vars(pt)[name] for name in MODULE_NAMES}, vars(torch.fx),
+            _stock(), vars(pt), {name: vars(pt)[name] for name in module_names()}, vars(torch.fx),
             (torch.SymInt, torch.SymFloat, torch.SymBool), pt._SymNodeDict, Thunk, torch.fx.Proxy,
             pt.set_proxy_slot, computed_thunk_function(Thunk), registry, keys)
         _FUNCTION.append(_C.sym_register_function())
