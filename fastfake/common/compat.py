@@ -752,20 +752,6 @@ def config_attr_proven() -> bool:
         return False
 
 
-def proxy_opaque_value_test() -> tuple[str, str]:
-    """The names of the test ``proxy_tensor``'s ``get_proxy_slot`` / ``extract_val``
-    ask whether a value is an opaque object with (a name of ``proxy_tensor``), and
-    of the type test it calls (a name of ``torch._library.opaque_object``):
-    ``is_opaque_value`` / ``is_opaque_type`` on 2.13; 2.14 renamed opaque types
-    custom classes (``is_custom_class_obj`` / ``is_custom_class``, the same
-    registry, ``_OPAQUE_TYPES``, read the same way)."""
-    from torch.fx.experimental import proxy_tensor
-
-    if "is_custom_class_obj" in vars(proxy_tensor):
-        return "is_custom_class_obj", "is_custom_class"
-    return "is_opaque_value", "is_opaque_type"
-
-
 #: Digest of the proxy mode's record of a SymNode operation and what its plain call
 #: runs (``stock_sources.sym_register_functions``) -> the releases
 #: csrc/tracing/sym_register.cpp was proven on.

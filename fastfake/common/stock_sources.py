@@ -114,12 +114,26 @@ def config_attr_functions() -> list[object]:
     return [d["__getattr__"], d["_warn_if_deprecated"], d["_get_alias_val"], d["_get_alias_module_and_name"]]
 
 
+def opaque_value_test() -> tuple[str, str]:
+    """The names of the test ``proxy_tensor``'s ``get_proxy_slot`` / ``extract_val``
+    ask whether a value is an opaque object with (a name of ``proxy_tensor``), and
+    of the type test it calls (a name of ``torch._library.opaque_object``):
+    ``is_opaque_value`` / ``is_opaque_type`` on 2.13; 2.14 renamed opaque types
+    custom classes (``is_custom_class_obj`` / ``is_custom_class``, the same
+    registry, ``_OPAQUE_TYPES``, read the same way)."""
+    from torch.fx.experimental import proxy_tensor
+
+    if "is_custom_class_obj" in vars(proxy_tensor):
+        return "is_custom_class_obj", "is_custom_class"
+    return "is_opaque_value", "is_opaque_type"
+
+
 def sym_register_functions() -> list[object]:
     """The stock code csrc/tracing/sym_register.cpp stands for: ``_sym_register`` and
     what its plain call runs (``thunkify``, ``_compute_proxy``, ``get_proxy_slot``,
     ``set_meta``, ``extract_val``, ``is_fake`` (and 2.14's ``is_fake_tensor``),
     ``_enable_thunkify``, the opaque-value test a SymInt passes through (by its
-    release's name: :func:`fastfake.common.compat.proxy_opaque_value_test`),
+    release's name: :func:`opaque_value_test`),
     ``_SymNodeDict.get`` and ``Thunk``)."""
     from torch._library import opaque_object
     from torch.fx.experimental import proxy_tensor as pt
@@ -128,9 +142,7 @@ def sym_register_functions() -> list[object]:
 
     from torch._subclasses import fake_tensor
 
-    from fastfake.common.compat import proxy_opaque_value_test
-
-    value_test, type_test = proxy_opaque_value_test()
+    value_test, type_test = opaque_value_test()
     fake_test = [fake_tensor.is_fake_tensor] if hasattr(fake_tensor, "is_fake_tensor") else []  # (2.14+)
     return [
         pt._sym_register, pt.thunkify, pt._compute_proxy, pt.get_proxy_slot, pt.set_meta, pt.extract_val,

@@ -43,6 +43,7 @@ from typing import Any
 
 from fastfake import _C
 from fastfake.common import compat as _compat
+from fastfake.common import stock_sources as _stock_sources
 from fastfake.common.originals import ORIGINALS, original
 
 _FUNCTION: list = []
@@ -57,7 +58,7 @@ MODULE_NAMES = (
 
 
 def module_names() -> tuple:
-    return (*MODULE_NAMES, _compat.proxy_opaque_value_test()[0])
+    return (*MODULE_NAMES, _stock_sources.opaque_value_test()[0])
 
 
 def _pt():
