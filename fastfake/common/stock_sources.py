@@ -136,11 +136,10 @@ def sym_register_functions() -> list[object]:
     release's name: :func:`opaque_value_test`),
     ``_SymNodeDict.get`` and ``Thunk``)."""
     from torch._library import opaque_object
+    from torch._subclasses import fake_tensor
     from torch.fx.experimental import proxy_tensor as pt
     from torch.utils import _python_dispatch as pd
     from torch.utils import _thunk
-
-    from torch._subclasses import fake_tensor
 
     value_test, type_test = opaque_value_test()
     fake_test = [fake_tensor.is_fake_tensor] if hasattr(fake_tensor, "is_fake_tensor") else []  # (2.14+)
