@@ -412,8 +412,10 @@ PYBIND11_MODULE(_C, m) {
       "Binds Dynamo's frame-callback getter and torch._dynamo.eval_frame's dict.");
   m.def(
       "setup_functional_dispatch_variant",
-      [](py::handle preserve_keys, py::handle alias_op, py::handle detach_op, bool effect_first) {
-        functional_dispatch_setup_variant(preserve_keys.ptr(), alias_op.ptr(), detach_op.ptr(), effect_first);
+      [](py::handle preserve_keys, py::handle alias_op, py::handle detach_op, bool effect_first,
+         py::handle side_effects, bool layout_2_9) {
+        functional_dispatch_setup_variant(preserve_keys.ptr(), alias_op.ptr(), detach_op.ptr(), effect_first,
+                                          side_effects.ptr(), layout_2_9);
       },
       "Binds what the release adds to the functional mode's plain path (compat.functional_dispatch_variant).");
   m.def(

@@ -582,12 +582,16 @@ def setup_functional_dispatch_dynamo(get_callback: Any, eval_frame_dict: dict) -
     ``torch._dynamo.eval_frame``'s dict: a call is served only where stock's
     ``torch._disable_dynamo`` wrapper would change nothing (no callback, the default stance)."""
 
-def setup_functional_dispatch_variant(preserve_keys: Any, alias_op: Any, detach_op: Any, effect_first: bool) -> None:
+def setup_functional_dispatch_variant(preserve_keys: Any, alias_op: Any, detach_op: Any, effect_first: bool,
+                                      side_effects: Any, layout_2_9: bool) -> None:
     """Bind what the release adds to the plain path (``compat.functional_dispatch_variant``):
     the callable run after ``aten.alias`` / ``aten.detach`` of one FunctionalTensor
     (2.14+: the input's FakeTensor ``dispatch_keys`` given to the outputs'; None where
-    the release has no such step) and whether ``has_effects`` reads the effect registry
-    before ``has_aliasing`` (2.15)."""
+    the release has no such step), whether ``has_effects`` reads the effect registry
+    before ``has_aliasing`` (2.15), and 2.9's layout: its effect table
+    ``effects.SIDE_EFFECTS`` (None where effects live in the simple registry), no
+    ``torch._disable_dynamo`` wrapper around stock's method, no compile-internals flag
+    set by the mode's enter / exit, bare assertions."""
 
 def functional_dispatch_function() -> Any:
     """What ``FunctionalTensorMode.__torch_dispatch__`` becomes: a method descriptor

@@ -118,14 +118,22 @@ def test_an_effect_registered_later_sends_the_op_to_stock(on):
             codes.clear()
             aot_function(f, fw_compiler=boxed, bw_compiler=boxed)(torch.randn(3))
             return list(codes)
+        from fastfake.common import compat
         assert trace(True) == trace(False)
-        handle = torch._library.simple_registry.singleton.find("aten::sin").effect.register(
-            effects.EffectType.ORDERED)
+        if compat.functional_dispatch_variant()["layout_2_9"]:
+            # (2.9: effects are kept in effects.SIDE_EFFECTS)
+            op = torch.ops.aten.sin.default
+            effects._register_effectful_op(op, effects._EffectType.ORDERED)
+            forget = lambda: effects._deregister_effectful_op(op)
+        else:
+            handle = torch._library.simple_registry.singleton.find("aten::sin").effect.register(
+                effects.EffectType.ORDERED)
+            forget = handle.destroy
         before = fastfake.stats()["functional_dispatch.stock.effects"]
         with_effect = trace(True)
         print("effects:", fastfake.stats()["functional_dispatch.stock.effects"] - before)
         print("same:", with_effect == trace(False), "with_effects" in with_effect[0])
-        handle.destroy()
+        forget()
         print("after:", trace(True) == trace(False))
         """
     )
@@ -170,14 +178,11 @@ def test_alias_and_detach_keep_dispatch_keys_as_stock_does(on):
 
     if compat.functional_dispatch_variant()["preserve_dispatch_keys"]:
         assert want[0] != "None" and want[3] == "None", want
-        aten = torch.ops.aten
-        _C.setup_functional_dispatch_variant(None, aten.alias.default, aten.detach.default,
-                                             compat.functional_dispatch_variant()["effect_first"])
+        fd.bind_variant(None)
         try:
             assert _detached_keys() != want
         finally:
-            _C.setup_functional_dispatch_variant(fd.preserve_dispatch_keys, aten.alias.default, aten.detach.default,
-                                                 compat.functional_dispatch_variant()["effect_first"])
+            fd.bind_variant(fd.preserve_dispatch_keys)
         assert _detached_keys() == want
     else:
         assert want[3:] == ["None"] * 3, want

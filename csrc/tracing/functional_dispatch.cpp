@@ -30,7 +30,11 @@
 // `func._op_dk(Functionalize, ...)`, wraps the outputs with the FunctionalTensor
 // class as stock does, restores the TLS as stock's finally does and, for an op
 // with alias annotations, calls stock's return_and_correct_aliasing. Anything
-// else is stock's method, counted by reason.
+// else is stock's method, counted by reason. What each proven release's code adds
+// or takes away is bound by functional_dispatch_setup_variant (2.9: every op is
+// offered to decompose, effects in SIDE_EFFECTS, no Dynamo wrapper, no
+// compile-internals flag, bare assertions; 2.14+: the alias / detach step; 2.15:
+// the effect registry first).
 #include "tracing/functional_dispatch.h"
 
 #include "common/counts.h"
@@ -81,11 +85,16 @@ struct State {
   // what a release adds (fastfake/common/compat.py, functional_dispatch_variant):
   // 2.14+ gives alias / detach of a FunctionalTensor the input's FakeTensor
   // dispatch_keys (fastfake/tracing/functional_dispatch.py, preserve_dispatch_keys);
-  // 2.15 asks the effect registry before has_aliasing
+  // 2.15 asks the effect registry before has_aliasing; 2.9 keeps effects in
+  // torch._higher_order_ops.effects.SIDE_EFFECTS (a WeakKeyDictionary by op), has no
+  // torch._disable_dynamo wrapper around the method, no compile-internals flag set
+  // by the mode's enter / exit, and asserts without a message (layout_2_9)
   PyObject* preserve_keys = nullptr;
   PyObject* alias_op = nullptr;
   PyObject* detach_op = nullptr;
   bool effect_first = false;
+  PyObject* side_effects = nullptr; // 2.9's SIDE_EFFECTS, else nullptr (the simple registry)
+  bool layout_2_9 = false;
   c10::DispatchKeySet extra_keys;
   bool on = false;
   int fault = 0;
@@ -329,6 +338,7 @@ int sync_is_noop(const c10::SmallVector<PyObject*, 8>& leaves) {
 // callback is None already and the stance is the default, that wrapper changes
 // nothing; elsewhere the call is stock's.
 bool dynamo_off() {
+  if (g.layout_2_9) return true; // (no wrapper, nothing to prove)
   if (g.get_callback == nullptr || g.eval_frame_dict == nullptr) return false;
   PyObject* cb = PyObject_CallNoArgs(g.get_callback);
   if (cb == nullptr) {
@@ -345,6 +355,12 @@ bool dynamo_off() {
     return false;
   }
   return PyUnicode_Compare(name, s_default) == 0;
+}
+
+// The compile-internals flag's setter the mode's enter / exit call (None where the
+// release's set none: 2.9).
+PyObject* flag_setter() {
+  return g.layout_2_9 ? Py_None : g.set_flag;
 }
 
 enum class Outcome { Served, Error, Stock };
@@ -425,7 +441,7 @@ Outcome serve(PyObject* mode, PyObject* func, PyObject* types, PyObject* args, P
     }
     if (attempt) {
       if (decompose_not_implemented(func, *f->handle, g.cia_key) != 1) return give_up(StockDecompose);
-      if (enter_exit_is_noop(mode, c10::impl::TorchDispatchModeKey::FUNCTIONAL, g.dispatch_dict, g.set_flag) != 1) {
+      if (enter_exit_is_noop(mode, c10::impl::TorchDispatchModeKey::FUNCTIONAL, g.dispatch_dict, flag_setter()) != 1) {
         return give_up(StockState);
       }
       resync_flag = true;
@@ -434,8 +450,15 @@ Outcome serve(PyObject* mode, PyObject* func, PyObject* types, PyObject* args, P
     return give_up(StockDecompose);
   }
   // no effects (where has_effects asks the registry first, an aliasing op's entry
-  // must be there too: stock's lookup would make it)
-  if (!f->has_aliasing || g.effect_first) {
+  // must be there too: stock's lookup would make it). 2.9: an op without alias
+  // annotations has effects where SIDE_EFFECTS holds it (a ScriptObject argument,
+  // the other way, is no plain leaf: those calls are stock's already)
+  if (g.side_effects != nullptr) {
+    if (!f->has_aliasing) {
+      const int held = PySequence_Contains(g.side_effects, func);
+      if (held != 0) return give_up(StockEffects);
+    }
+  } else if (!f->has_aliasing || g.effect_first) {
     PyObject* data = instance_attr(g.registry, s_data);
     PyObject* entry = data && PyDict_CheckExact(data) ? PyDict_GetItemWithError(data, f->qualname) : nullptr;
     PyObject* holder = entry ? instance_attr(entry, s_effect) : nullptr;
@@ -460,7 +483,7 @@ Outcome serve(PyObject* mode, PyObject* func, PyObject* types, PyObject* args, P
     Py_DECREF(ok);
   }
   // -- from here on, what stock does --
-  if (resync_flag && resync_compile_internals_flag(g.dispatch_dict, g.set_flag) < 0) {
+  if (resync_flag && resync_compile_internals_flag(g.dispatch_dict, flag_setter()) < 0) {
     Py_DECREF(args_u);
     Py_XDECREF(kwargs_u);
     return Outcome::Error;
@@ -526,8 +549,12 @@ Outcome serve(PyObject* mode, PyObject* func, PyObject* types, PyObject* args, P
   if (wrapped == nullptr) return Outcome::Error;
   if (functionalize_active()) {
     Py_DECREF(wrapped);
-    PyErr_SetString(PyExc_AssertionError,
-                    "Functionalization should not already be enabled above this mode after dispatch");
+    if (g.layout_2_9) {
+      PyErr_SetNone(PyExc_AssertionError); // (2.9's bare `assert is_excluded or not is_included`)
+    } else {
+      PyErr_SetString(PyExc_AssertionError,
+                      "Functionalization should not already be enabled above this mode after dispatch");
+    }
     return Outcome::Error;
   }
   if (g.preserve_keys != nullptr && (func == g.alias_op || func == g.detach_op) && PyTuple_GET_SIZE(args) == 1 &&
@@ -638,11 +665,13 @@ void functional_dispatch_setup_dynamo(PyObject* get_callback, PyObject* eval_fra
 }
 
 void functional_dispatch_setup_variant(PyObject* preserve_keys, PyObject* alias_op, PyObject* detach_op,
-                                       bool effect_first) {
+                                       bool effect_first, PyObject* side_effects, bool layout_2_9) {
   hold_ref(g.preserve_keys, preserve_keys);
   hold_ref(g.alias_op, alias_op);
   hold_ref(g.detach_op, detach_op);
   g.effect_first = effect_first;
+  hold_ref(g.side_effects, side_effects == Py_None ? nullptr : side_effects);
+  g.layout_2_9 = layout_2_9;
 }
 
 PyObject* functional_dispatch_function() {

@@ -31,9 +31,13 @@ std::string functional_dispatch_setup(PyObject* mode_type, PyObject* tensor_type
 // nothing (no callback set, the default stance). Until bound, nothing is served.
 void functional_dispatch_setup_dynamo(PyObject* get_callback, PyObject* eval_frame_dict);
 // What a release adds to the plain path: the alias / detach dispatch-key step
-// (a callable, or None where the release has none) and has_effects' order.
+// (a callable, or None where the release has none), has_effects' order, and 2.9's
+// layout: its effect table (torch._higher_order_ops.effects.SIDE_EFFECTS; None where
+// effects live in the simple registry), no torch._disable_dynamo wrapper around
+// stock's method, no compile-internals flag set by the mode's enter / exit, bare
+// assertions.
 void functional_dispatch_setup_variant(PyObject* preserve_keys, PyObject* alias_op, PyObject* detach_op,
-                                       bool effect_first);
+                                       bool effect_first, PyObject* side_effects, bool layout_2_9);
 // What FunctionalTensorMode.__torch_dispatch__ becomes (a method descriptor).
 // New reference.
 PyObject* functional_dispatch_function();

@@ -83,6 +83,12 @@ int enter_exit_is_noop(PyObject* mode, c10::impl::TorchDispatchModeKey key, PyOb
   if (!c10::impl::TorchDispatchModeTLS::any_modes_set()) return 0;
   PyObject* flag = PyDict_GetItemWithError(dispatch_dict, n.flag_global);
   PyObject* setter = flag ? PyDict_GetItemWithError(dispatch_dict, n.set_flag) : nullptr;
+  if (set_flag == Py_None) {
+    // (a release whose enter / exit set no flag in C: the global is there, no setter)
+    const bool ok = flag != nullptr && setter == nullptr && !PyErr_Occurred();
+    PyErr_Clear();
+    return ok ? 1 : 0;
+  }
   if (setter != set_flag || setter == nullptr) {
     PyErr_Clear();
     return 0;
@@ -91,6 +97,7 @@ int enter_exit_is_noop(PyObject* mode, c10::impl::TorchDispatchModeKey key, PyOb
 }
 
 int resync_compile_internals_flag(PyObject* dispatch_dict, PyObject* set_flag) {
+  if (set_flag == Py_None) return 0;
   PyObject* flag = PyDict_GetItemWithError(dispatch_dict, names().flag_global); // borrowed
   PyObject* r = flag ? PyObject_CallOneArg(set_flag, flag) : nullptr;
   if (r == nullptr) {

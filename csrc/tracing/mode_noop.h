@@ -31,12 +31,14 @@ int decompose_not_implemented(PyObject* func, const c10::OperatorHandle& handle,
 // but the compile-internals flag: no dispatch key of its own (None or none), its enter stack and
 // flag deques there, no mode of its kind set, another mode set (so the Python keys
 // stay), the flag's setter in `dispatch_dict` (torch.utils._python_dispatch's)
-// still `set_flag`; 0 otherwise (stock's). Never sets a Python error.
+// still `set_flag`; 0 otherwise (stock's). `set_flag` None: the release's enter /
+// exit set no flag in C (2.9: they only save and restore the Python globals), and
+// `dispatch_dict` must have no setter. Never sets a Python error.
 int enter_exit_is_noop(PyObject* mode, c10::impl::TorchDispatchModeKey key, PyObject* dispatch_dict,
                        PyObject* set_flag);
 
 // The compile-internals flag set as that exit sets it (from the Python global
-// beside it): 0, or -1 with an error set.
+// beside it; nothing where `set_flag` is None): 0, or -1 with an error set.
 int resync_compile_internals_flag(PyObject* dispatch_dict, PyObject* set_flag);
 
 } // namespace fastfake

@@ -786,6 +786,9 @@ def sym_register_proven() -> bool:
 #: (``stock_sources.functional_dispatch_functions``) -> the releases
 #: csrc/tracing/functional_dispatch.cpp was proven on.
 FUNCTIONAL_DISPATCH_SOURCES: dict[str, str] = {
+    # 2.9.0: its own layout (stock_sources._functional_dispatch_functions_2_9; FUNCTIONAL_DISPATCH_VARIANTS)
+    "9ec2d3a396c43bc4": "2.9.0",
+    "7fe63e271560a07f": "2.9.0",
     "c098bd2c74ead317": "2.13.0",
     # (the same functions' code spans, :func:`_code_span_source`: some end in comment
     # lines inspect's blocks keep; this key spares install() the tokenizer)
@@ -812,11 +815,18 @@ def functional_dispatch_source_digest() -> str | None:
 #: release names of :data:`FUNCTIONAL_DISPATCH_SOURCES`:
 #: ``preserve_dispatch_keys`` -- alias / detach of one FunctionalTensor give the
 #: outputs' FakeTensors the input's ``dispatch_keys`` (2.14+); ``effect_first`` --
-#: ``has_effects`` reads the effect registry before ``has_aliasing`` (2.15).
+#: ``has_effects`` reads the effect registry before ``has_aliasing`` (2.15);
+#: ``layout_2_9`` -- 2.9's method: every op outside export is offered to
+#: ``decompose`` (its ``_can_decompose`` closure answers True), effects are
+#: ``effects.SIDE_EFFECTS``, no ``torch._disable_dynamo`` wrapper, no view-replay
+#: sync, enter / exit set no compile-internals flag, bare assertions, and a
+#: ``return_and_correct_aliasing`` read through its own schema info (called for
+#: every served op with FunctionalTensor outputs).
 FUNCTIONAL_DISPATCH_VARIANTS: dict[str, dict[str, bool]] = {
-    "2.13.0": {"preserve_dispatch_keys": False, "effect_first": False},
-    "2.14.1": {"preserve_dispatch_keys": True, "effect_first": False},
-    "2.15.0": {"preserve_dispatch_keys": True, "effect_first": True},
+    "2.9.0": {"preserve_dispatch_keys": False, "effect_first": False, "layout_2_9": True},
+    "2.13.0": {"preserve_dispatch_keys": False, "effect_first": False, "layout_2_9": False},
+    "2.14.1": {"preserve_dispatch_keys": True, "effect_first": False, "layout_2_9": False},
+    "2.15.0": {"preserve_dispatch_keys": True, "effect_first": True, "layout_2_9": False},
 }
 
 

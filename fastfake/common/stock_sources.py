@@ -157,6 +157,10 @@ def functional_dispatch_functions() -> list[object]:
     everything it calls on the plain path or that the C method's proof of a no-op
     reads (the mode's enter / exit, ``decompose``, the effect registry, the sync of a
     FunctionalTensor, the replay-node context)."""
+    from torch._subclasses import functional_tensor as ft
+
+    if "_can_decompose_fast" not in vars(ft):
+        return _functional_dispatch_functions_2_9()
     import torch
     import torch._compile
     from torch._dynamo import eval_frame
@@ -164,7 +168,6 @@ def functional_dispatch_functions() -> list[object]:
     from torch._library import effects as library_effects
     from torch._library import simple_registry
     from torch._library import utils as library_utils
-    from torch._subclasses import functional_tensor as ft
     from torch.fx import traceback as fx_traceback
     from torch.utils import _python_dispatch as pd
 
@@ -187,6 +190,31 @@ def functional_dispatch_functions() -> list[object]:
         # the torch._disable_dynamo wrapper around stock's method
         vars(pd.TorchDispatchMode)["__init_subclass__"], torch._compile._disable_dynamo,
         vars(eval_frame.DisableContext)["__call__"], eval_frame._callback_from_stance,
+    ]
+
+
+def _functional_dispatch_functions_2_9() -> list[object]:
+    """The same for the functional mode of 2.9's layout (no ``_can_decompose_fast``):
+    its ``_can_decompose`` is a closure inside the method (every op decomposes outside
+    export), effects are ``effects.SIDE_EFFECTS`` and ScriptObject arguments, the
+    method has no ``_disable_dynamo`` wrapper and no view-replay sync, and the mode's
+    enter / exit set no compile-internals flag."""
+    import torch
+    from torch._decomp import _should_decompose_because_unsafe_op
+    from torch._higher_order_ops import auto_functionalize, effects
+    from torch._subclasses import functional_tensor as ft
+    from torch.utils import _python_dispatch as pd
+
+    mode = ft.FunctionalTensorMode
+    dispatch = ORIGINALS.get((mode, "__torch_dispatch__")) or vars(mode)["__torch_dispatch__"]
+    d = vars(mode)
+    tdm = vars(pd.TorchDispatchMode)
+    return [
+        dispatch, d["__init__"], d["__enter__"], d["__exit__"], vars(ft.FunctionalTensor)["__new__"],
+        tdm["__init__"], tdm["__enter__"], tdm["__exit__"], tdm["_lazy_init_old_dispatch_mode_flags"],
+        pd._push_mode, pd._pop_mode, pd.return_and_correct_aliasing, pd._correct_storage_aliasing,
+        vars(torch._ops.OpOverload)["decompose"], effects.has_effects, effects.has_aliasing,
+        effects.get_effect_key, auto_functionalize.can_auto_functionalize, _should_decompose_because_unsafe_op,
     ]
 
 

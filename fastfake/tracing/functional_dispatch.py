@@ -76,6 +76,12 @@ def facts(func: Any) -> tuple | None:
         return None
     if func is torch.ops.aten.lift_fresh.default or can_auto_functionalize(func):
         return None
+    schema = func._schema
+    if _compat.functional_dispatch_variant()["layout_2_9"]:
+        # 2.9: outside export every op with a kernel is offered to decompose (the C
+        # method proves it answers NotImplemented); its aliasing fix-up reads the
+        # schema its own way, so it is called for every op with FunctionalTensor outputs
+        return (True, bool(has_aliasing(func)), True, func._name, schema.name, schema.overload_name)
     has_effects(func)
     fast = ft._can_decompose_fast(func, False, False)
     if fast is False:
@@ -87,7 +93,6 @@ def facts(func: Any) -> tuple | None:
         or any(a.alias_set for a in info.args)
         or any(o.alias_set for o in info.outs)
     )
-    schema = func._schema
     return (fast is True, bool(has_aliasing(func)), fix, func._name, schema.name, schema.overload_name)
 
 
@@ -137,14 +142,17 @@ def check(mode: Any, func: Any, args: tuple, kwargs: dict | None) -> bool:
     ft = _ft()
     kwargs = {} if kwargs is None else kwargs
     why = []
+    layout_2_9 = _compat.functional_dispatch_variant()["layout_2_9"]
     if func in ft.FunctionalTensor.metadata_fns:
         why.append("a metadata query")
-    if mode._can_decompose(func, args, kwargs) and torch._C._dispatch_has_kernel(func.name()):
+    # (2.9's _can_decompose is a closure of the method, True outside export)
+    asked = True if layout_2_9 else mode._can_decompose(func, args, kwargs)
+    if asked and torch._C._dispatch_has_kernel(func.name()):
         if func.has_kernel_for_dispatch_key(torch._C.DispatchKey.CompositeImplicitAutograd):
             why.append("it decomposes")
     if can_auto_functionalize(func):
         why.append("it auto-functionalizes")
-    if has_effects(func):
+    if has_effects(func, args, kwargs) if layout_2_9 else has_effects(func):
         why.append("it has effects")
     if why:
         raise CrosscheckError(f"fastfake: FunctionalTensorMode served {func} on the plain path, but: {', '.join(why)}")
@@ -154,56 +162,84 @@ def check(mode: Any, func: Any, args: tuple, kwargs: dict | None) -> bool:
 def available() -> bool:
     try:
         ft = _ft()
-        from torch._C._dynamo.guards import set_is_in_mode_without_ignore_compile_internals  # noqa: F401
-        from torch._library import simple_registry
     except ImportError:
         return False
     cls = getattr(ft, "FunctionalTensorMode", None)
-    if not isinstance(cls, type) or not hasattr(simple_registry, "singleton"):
+    if not isinstance(cls, type):
         return False
     own = vars(cls).get("__torch_dispatch__")
     if own is None or (own is not _stock_method() and (not _DESCRIPTOR or own is not _DESCRIPTOR[0])):
         return False
-    if not isinstance(getattr(simple_registry.singleton, "_data", None), dict):
+    if not _compat.functional_dispatch_proven():
+        return False
+    if _compat.functional_dispatch_variant()["layout_2_9"]:
+        import weakref
+
+        from torch._higher_order_ops import effects
+
+        return isinstance(getattr(effects, "SIDE_EFFECTS", None), weakref.WeakKeyDictionary)
+    try:
+        from torch._C._dynamo.guards import set_is_in_mode_without_ignore_compile_internals  # noqa: F401
+        from torch._library import simple_registry
+    except ImportError:
+        return False
+    if not isinstance(getattr(getattr(simple_registry, "singleton", None), "_data", None), dict):
         return False
     try:
         from torch._C._dynamo.eval_frame import get_eval_frame_callback  # noqa: F401
         from torch._dynamo import eval_frame
     except ImportError:
         return False
-    if "stance" not in vars(getattr(eval_frame, "_stance", object())):
-        return False
-    return _compat.functional_dispatch_proven()
+    return "stance" in vars(getattr(eval_frame, "_stance", object()))
 
 
 def _setup() -> Any:
     if not _DESCRIPTOR:
         ft = _ft()
-        from torch._C._dynamo.guards import set_is_in_mode_without_ignore_compile_internals
-        from torch._library import simple_registry
         from torch.utils import _python_dispatch
 
+        variant = _compat.functional_dispatch_variant()
+        if variant["layout_2_9"]:
+            # (effects in SIDE_EFFECTS; enter / exit set no flag in C; no Dynamo wrapper)
+            registry, set_flag = None, None
+        else:
+            from torch._C._dynamo.guards import set_is_in_mode_without_ignore_compile_internals as set_flag
+            from torch._library import simple_registry
+
+            registry = simple_registry.singleton
         keys = ft.FunctionalTensor._extra_dispatch_keys
         types = ((torch.Tensor, torch._subclasses.fake_tensor.FakeTensor, ft.FunctionalTensor),
                  (torch.SymInt, torch.SymFloat, torch.SymBool), torch._ops.OpOverload)
         text = _C.setup_functional_dispatch(
             ft.FunctionalTensorMode, ft.FunctionalTensor, _stock_method(), facts, wrap_outputs,
-            _python_dispatch.return_and_correct_aliasing, simple_registry.singleton, vars(_python_dispatch),
-            set_is_in_mode_without_ignore_compile_internals, torch._C.DispatchKey.Functionalize,
+            _python_dispatch.return_and_correct_aliasing, registry, vars(_python_dispatch),
+            set_flag, torch._C.DispatchKey.Functionalize,
             torch._C.DispatchKey.CompositeImplicitAutograd, types, keys.raw_repr())
-        from torch._C._dynamo.eval_frame import get_eval_frame_callback
-        from torch._dynamo import eval_frame
+        if not variant["layout_2_9"]:
+            from torch._C._dynamo.eval_frame import get_eval_frame_callback
+            from torch._dynamo import eval_frame
 
-        _C.setup_functional_dispatch_dynamo(get_eval_frame_callback, vars(eval_frame))
-        variant = _compat.functional_dispatch_variant()
-        aten = torch.ops.aten
-        _C.setup_functional_dispatch_variant(
-            preserve_dispatch_keys if variant["preserve_dispatch_keys"] else None,
-            aten.alias.default, aten.detach.default, variant["effect_first"])
+            _C.setup_functional_dispatch_dynamo(get_eval_frame_callback, vars(eval_frame))
+        bind_variant(preserve_dispatch_keys if variant["preserve_dispatch_keys"] else None)
         if text != str(keys):
             raise RuntimeError(f"fastfake: FunctionalTensor._extra_dispatch_keys read as {text}, stock's is {keys}")
         _DESCRIPTOR.append(_C.functional_dispatch_function())
     return _DESCRIPTOR[0]
+
+
+def bind_variant(preserve_keys: Any) -> None:
+    """Bind what the release's code adds to the plain path
+    (:func:`fastfake.common.compat.functional_dispatch_variant`), with ``preserve_keys``
+    as the step after alias / detach (None: none)."""
+    variant = _compat.functional_dispatch_variant()
+    side_effects = None
+    if variant["layout_2_9"]:
+        from torch._higher_order_ops import effects
+
+        side_effects = effects.SIDE_EFFECTS
+    aten = torch.ops.aten
+    _C.setup_functional_dispatch_variant(preserve_keys, aten.alias.default, aten.detach.default,
+                                         variant["effect_first"], side_effects, variant["layout_2_9"])
 
 
 def is_installed() -> bool:
