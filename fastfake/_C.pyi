@@ -623,7 +623,10 @@ def setup_proxy_dispatch(refs: dict) -> None:
     (``compat.proxy_dispatch_variant``): ``module_names["_coor_enabled"]`` (2.14+:
     a call with a ``torch.device`` argument is stock's while it answers true) and
     ``refs["pyobj_dispatcher"]`` (2.14+: an op with a ``_pyobj_dispatcher`` is called
-    through its ``__call__``)."""
+    through its ``__call__``); ``refs["layout_2_9"]`` (2.9: every op offered to
+    ``decompose``, the module's ``CURRENT_DECOMPOSITION_TABLE``, ``ORIGINAL_ATEN`` a
+    module global, which ``refs["original_aten"]`` is then None for, no
+    compile-internals flag: ``set_flag`` None)."""
 
 def proxy_dispatch_function() -> Any:
     """What ``ProxyTorchDispatchMode.__torch_dispatch__`` becomes: a method descriptor

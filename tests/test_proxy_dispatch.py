@@ -259,6 +259,12 @@ def test_a_decomposition_table_and_precision_barriers(on):
     assert "low_precision_pointwise_barrier" in want
 
 
+def _original_aten():
+    """proxy_tensor's ORIGINAL_ATEN now (a ContextVar; on 2.9 a module global the mode sets and clears)."""
+    aten = proxy_tensor.ORIGINAL_ATEN
+    return aten.get() if hasattr(aten, "get") else aten
+
+
 def test_counter_and_context_end_as_stocks(on):
     from torch.fx import traceback as fx_traceback
     from torch.utils._stats import simple_call_counter
@@ -272,7 +278,7 @@ def test_counter_and_context_end_as_stocks(on):
         with fx_traceback.preserve_node_meta():
             g = _make_fx(f, (torch.randn(3, 4),), "symbolic")
             meta = dict(fx_traceback.current_meta)
-        return g, dict(simple_call_counter), meta, proxy_tensor.ORIGINAL_ATEN.get()
+        return g, dict(simple_call_counter), meta, _original_aten()
 
     run(False)  # (the process's first symbolic trace counts one fake dispatch more)
     want = run(False)
@@ -408,7 +414,7 @@ def test_errors_are_stocks(on):
         try:
             make_fx(f, tracing_mode="fake")(torch.ones(2, 3), torch.ones(2, 3))
         except RuntimeError as e:
-            return type(e), str(e), proxy_tensor.ORIGINAL_ATEN.get()
+            return type(e), str(e), _original_aten()
         return None
 
     want = attempt(False)

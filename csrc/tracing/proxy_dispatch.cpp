@@ -89,7 +89,6 @@ struct State {
   PyObject* track_tensor_tree = nullptr;
   PyObject* set_proxy_slot = nullptr;
   PyObject* snapshot_fake = nullptr;
-  PyObject* extract_tensor_metadata = nullptr;
   PyObject* set_unbacked_bindings = nullptr;
   PyObject* pointwise_barrier = nullptr;
   PyObject* proxy_tensor_type = nullptr;
@@ -106,6 +105,10 @@ struct State {
   // on a release without it; OpOverload.__call__ asks `_pyobj_dispatcher` first
   PyObject* coor_enabled = nullptr;
   bool pyobj_dispatcher = false;
+  // 2.9: proxy_call offers every op to decompose, the decomposition table is the
+  // module's CURRENT_DECOMPOSITION_TABLE, ORIGINAL_ATEN a module global (not a
+  // ContextVar), and the mode's enter / exit set no compile-internals flag in C
+  bool layout_2_9 = false;
   bool on = false;
   int fault = 0;
   int sym_fault = 0;
@@ -151,6 +154,9 @@ struct Names {
   PyObject* is_enabled_for;
   PyObject* torch_function;
   PyObject* debug_level;
+  PyObject* current_table; // (2.9's module globals)
+  PyObject* original_aten_global;
+  PyObject* extract_tensor_metadata;
 };
 
 const Names& names() {
@@ -193,6 +199,9 @@ const Names& names() {
       PyUnicode_InternFromString("isEnabledFor"),
       PyUnicode_InternFromString("__torch_function__"),
       PyLong_FromLong(10), // logging.DEBUG
+      PyUnicode_InternFromString("CURRENT_DECOMPOSITION_TABLE"),
+      PyUnicode_InternFromString("ORIGINAL_ATEN"),
+      PyUnicode_InternFromString("_extract_tensor_metadata"),
   };
   return n;
 }
@@ -334,10 +343,21 @@ int count_call() {
 // context) or an error (-1).
 int aten_enter(PyObject* func, PyObject** token) {
   *token = nullptr;
-  PyObject* v = nullptr;
-  if (PyContextVar_Get(g.original_aten, nullptr, &v) < 0) return -1;
-  const bool none = v == Py_None;
-  Py_XDECREF(v);
+  bool none = false;
+  if (g.layout_2_9) {
+    // (2.9: `global ORIGINAL_ATEN`)
+    PyObject* v = PyDict_GetItemWithError(g.module_dict, names().original_aten_global);
+    if (v == nullptr) {
+      if (!PyErr_Occurred()) PyErr_SetString(PyExc_NameError, "name 'ORIGINAL_ATEN' is not defined");
+      return -1;
+    }
+    none = v == Py_None;
+  } else {
+    PyObject* v = nullptr;
+    if (PyContextVar_Get(g.original_aten, nullptr, &v) < 0) return -1;
+    none = v == Py_None;
+    Py_XDECREF(v);
+  }
   if (!none) return 0;
   PyObject* preserve = PyDict_GetItemWithError(g.traceback_dict, names().preserve);
   if (preserve == nullptr) {
@@ -346,7 +366,13 @@ int aten_enter(PyObject* func, PyObject** token) {
   }
   const int on = PyObject_IsTrue(preserve);
   if (on <= 0) return on;
-  *token = PyContextVar_Set(g.original_aten, func);
+  if (g.layout_2_9) {
+    if (PyDict_SetItem(g.module_dict, names().original_aten_global, func) < 0) return -1;
+    Py_INCREF(Py_None);
+    *token = Py_None; // (the exit puts None back)
+  } else {
+    *token = PyContextVar_Set(g.original_aten, func);
+  }
   if (*token == nullptr) return -1;
   PyObject* meta = PyDict_GetItemWithError(g.traceback_dict, names().current_meta);
   if (meta == nullptr || PyObject_SetItem(meta, names().original_aten, func) < 0) {
@@ -362,7 +388,8 @@ int aten_enter(PyObject* func, PyObject** token) {
 bool aten_exit(PyObject* token, bool ok) {
   if (token == nullptr) return ok;
   return run_finally(ok, [&] {
-    bool fine = PyContextVar_Reset(g.original_aten, token) == 0;
+    bool fine = g.layout_2_9 ? PyDict_SetItem(g.module_dict, names().original_aten_global, Py_None) == 0
+                             : PyContextVar_Reset(g.original_aten, token) == 0;
     Py_DECREF(token);
     if (fine) {
       PyObject* meta = PyDict_GetItemWithError(g.traceback_dict, names().current_meta);
@@ -597,7 +624,13 @@ int track_one(PyObject* out, PyObject* proxy, PyObject* tracer) {
   if (set < 0) return done(-1);
   PyObject* old = nullptr;
   if (set_thunkify(ptracer, Py_True, &old) < 0) return done(-1);
-  PyObject* tm = PyObject_CallOneArg(g.extract_tensor_metadata, out);
+  // (set_meta's call of the module's _extract_tensor_metadata: looked up now, as
+  // stock's global lookup does, so a function rebound there is the one called)
+  PyObject* extract = PyDict_GetItemWithError(g.module_dict, n.extract_tensor_metadata);
+  if (extract == nullptr && !PyErr_Occurred()) {
+    PyErr_SetString(PyExc_NameError, "name '_extract_tensor_metadata' is not defined");
+  }
+  PyObject* tm = extract ? PyObject_CallOneArg(extract, out) : nullptr;
   bool ok = tm != nullptr && PyDict_SetItem(meta, n.tensor_meta, tm) == 0;
   Py_XDECREF(tm);
   ok = restore_thunkify(ptracer, old, ok);
@@ -605,6 +638,12 @@ int track_one(PyObject* out, PyObject* proxy, PyObject* tracer) {
 }
 
 enum class Outcome { Served, Error, Stock };
+
+// The compile-internals flag's setter the mode's enter / exit call (None where the
+// release's set none: 2.9).
+PyObject* flag_setter() {
+  return g.layout_2_9 ? Py_None : g.set_flag;
+}
 
 // stock's method for prim.device: the count, the context, the call.
 Outcome serve_device(PyObject* func, PyObject* args, PyObject* kwargs, PyObject** result) {
@@ -632,7 +671,9 @@ Outcome serve(PyObject* mode, PyObject* func, PyObject* args, PyObject* kwargs, 
     return Outcome::Stock;
   }
   PyObject* tracer = instance_attr(mode, n.tracer);
-  PyObject* table = instance_attr(mode, n.decomposition_table);
+  PyObject* table = g.layout_2_9 ? PyDict_GetItemWithError(g.module_dict, n.current_table)
+                                 : instance_attr(mode, n.decomposition_table);
+  if (table == nullptr) PyErr_Clear();
   if (tracer == nullptr || table == nullptr || !PyDict_CheckExact(table)) {
     g_counts[StockMode]++;
     return Outcome::Stock;
@@ -716,7 +757,8 @@ Outcome serve(PyObject* mode, PyObject* func, PyObject* args, PyObject* kwargs, 
   }
   // autograd_would_have_decomposed (the first tensor's backend), and if so a
   // decompose that answers NotImplemented inside a no-op enter / exit
-  bool attempt = a.tensors.empty();
+  // (2.9: every op but size / stride / storage_offset, which the facts leave to stock)
+  bool attempt = a.tensors.empty() || g.layout_2_9;
   if (!attempt) {
     // (`a.device` as stock reads it: a FakeTensor's C++ device() would dispatch
     // prim.device through the fake mode, which stock's property does not)
@@ -738,7 +780,7 @@ Outcome serve(PyObject* mode, PyObject* func, PyObject* args, PyObject* kwargs, 
   if (attempt) {
     if (decompose_not_implemented(func, *f->handle, g.cia_key) != 1) return give_up(StockDecompose);
     if (c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::PreDispatch) ||
-        enter_exit_is_noop(mode, c10::impl::TorchDispatchModeKey::PROXY, g.dispatch_dict, g.set_flag) != 1) {
+        enter_exit_is_noop(mode, c10::impl::TorchDispatchModeKey::PROXY, g.dispatch_dict, flag_setter()) != 1) {
       return give_up(StockState);
     }
     PyObject* pre = PyObject_CallNoArgs(g.pre_dispatch_proxy);
@@ -768,7 +810,7 @@ Outcome serve(PyObject* mode, PyObject* func, PyObject* args, PyObject* kwargs, 
   PyObject* token = nullptr;
   PyObject* out = nullptr;
   bool ok = aten_enter(func, &token) == 0;
-  if (ok && attempt) ok = resync_compile_internals_flag(g.dispatch_dict, g.set_flag) == 0;
+  if (ok && attempt) ok = resync_compile_internals_flag(g.dispatch_dict, flag_setter()) == 0;
   PyObject* proxy_args = nullptr;
   PyObject* proxy_kwargs = nullptr;
   if (ok) {
@@ -908,7 +950,12 @@ int proxy_dispatch_setup(PyObject* refs) {
     if (v == nullptr) return -1;
     hold_ref(*s.slot, v);
   }
-  if (!PyTuple_Check(g.handled_types) || !PyTuple_Check(g.sym_types) || !PyContextVar_CheckExact(g.original_aten) ||
+  PyObject* layout = PyDict_GetItemString(refs, "layout_2_9");
+  g.layout_2_9 = layout == Py_True;
+  // (2.13+: a ContextVar; 2.9: the global, None at setup, lives in the module's dict)
+  const bool aten_ok = g.layout_2_9 ? g.original_aten == nullptr
+                                    : g.original_aten != nullptr && PyContextVar_CheckExact(g.original_aten);
+  if (!PyTuple_Check(g.handled_types) || !PyTuple_Check(g.sym_types) || !aten_ok ||
       !PyDict_Check(g.module_dict) || !PyDict_Check(g.stats_dict) || !PyDict_Check(g.traceback_dict) ||
       !PyTuple_Check(g.sym_ops) || PyTuple_GET_SIZE(g.sym_ops) != 4) {
     PyErr_SetString(PyExc_TypeError, "fastfake: proxy_dispatch_setup: unexpected kinds of objects");
@@ -924,7 +971,6 @@ int proxy_dispatch_setup(PyObject* refs) {
       {"track_tensor_tree", &g.track_tensor_tree},
       {"set_proxy_slot", &g.set_proxy_slot},
       {"snapshot_fake", &g.snapshot_fake},
-      {"_extract_tensor_metadata", &g.extract_tensor_metadata},
       {"_set_unbacked_bindings", &g.set_unbacked_bindings},
       {"_maybe_record_pointwise_barrier", &g.pointwise_barrier},
       {"_ProxyTensor", &g.proxy_tensor_type},

@@ -36,6 +36,10 @@ namespace fastfake {
 //   pre_dispatch_proxy callable: the pre-dispatch proxy mode (None where unset)
 //   pyobj_dispatcher   (optional) True where OpOverload.__call__ asks the op's
 //                      _pyobj_dispatcher first (2.14+)
+//   layout_2_9         (optional) True for 2.9's layout: every op offered to
+//                      decompose, the module's CURRENT_DECOMPOSITION_TABLE,
+//                      ORIGINAL_ATEN a module global (original_aten None), no
+//                      compile-internals flag (set_flag None)
 // and, among module_names, "_coor_enabled" where proxy_call has the
 // compile-on-one-rank device rewrite (2.14+).
 // The names are checked by fastfake/tracing/proxy_dispatch.py; 0, or -1 with an

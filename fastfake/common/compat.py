@@ -850,6 +850,10 @@ def functional_dispatch_proven() -> bool:
 #: (``stock_sources.proxy_dispatch_functions``) -> the releases
 #: csrc/tracing/proxy_dispatch.cpp was proven on.
 PROXY_DISPATCH_SOURCES: dict[str, str] = {
+    # 2.9.0: no autograd_would_have_decomposed, the module's CURRENT_DECOMPOSITION_TABLE,
+    # ORIGINAL_ATEN a global (PROXY_DISPATCH_VARIANTS' layout_2_9)
+    "df7607e0740b51d1": "2.9.0",
+    "77355c3a03d555c6": "2.9.0",
     "91ab7a45814020f7": "2.13.0",
     # (the same functions' code spans, :func:`_code_span_source`)
     "8c484e0d75712c82": "2.13.0",
@@ -873,10 +877,16 @@ def proxy_dispatch_source_digest() -> str | None:
 #: (csrc/tracing/proxy_dispatch.cpp), by the release names of
 #: :data:`PROXY_DISPATCH_SOURCES`: ``coor`` -- proxy_call rewrites a torch.device
 #: argument under compile-on-one-rank (``_coor_enabled``); ``pyobj_dispatcher`` --
-#: ``OpOverload.__call__`` asks the op's ``_pyobj_dispatcher`` first.
+#: ``OpOverload.__call__`` asks the op's ``_pyobj_dispatcher`` first;
+#: ``layout_2_9`` -- 2.9's proxy_call offers every op but size / stride /
+#: storage_offset to ``decompose`` (no ``autograd_would_have_decomposed``), its
+#: decomposition table is the module's ``CURRENT_DECOMPOSITION_TABLE`` (not the
+#: mode's), ``ORIGINAL_ATEN`` is a module global (not a ContextVar), and the mode's
+#: enter / exit set no compile-internals flag in C.
 PROXY_DISPATCH_VARIANTS: dict[str, dict[str, bool]] = {
-    "2.13.0": {"coor": False, "pyobj_dispatcher": False},
-    "2.14.1, 2.15.0": {"coor": True, "pyobj_dispatcher": True},
+    "2.9.0": {"coor": False, "pyobj_dispatcher": False, "layout_2_9": True},
+    "2.13.0": {"coor": False, "pyobj_dispatcher": False, "layout_2_9": False},
+    "2.14.1, 2.15.0": {"coor": True, "pyobj_dispatcher": True, "layout_2_9": False},
 }
 
 

@@ -239,10 +239,12 @@ def proxy_dispatch_functions() -> list[object]:
     dispatch = ORIGINALS.get((mode, "__torch_dispatch__")) or vars(mode)["__torch_dispatch__"]
     d = vars(mode)
     tdm = vars(pd.TorchDispatchMode)
+    # (2.9 has no autograd_would_have_decomposed: its proxy_call asks decompose of every op)
+    would_decompose = [pd.autograd_would_have_decomposed] if "autograd_would_have_decomposed" in vars(pd) else []
     return [
         dispatch, dispatch.__wrapped__, _stats.count, d["__init__"], d["__enter__"], d["__exit__"],
         pt.set_original_aten_op.__wrapped__, fx_traceback.has_preserved_node_meta, pt.proxy_call,
-        pt.maybe_handle_decomp, pd.autograd_would_have_decomposed, vars(torch._ops.OpOverload)["decompose"],
+        pt.maybe_handle_decomp, *would_decompose, vars(torch._ops.OpOverload)["decompose"],
         vars(torch._ops.OpOverload)["__call__"], pt._fetch_proxies_and_all_constant_flag, pt.fetch_object_proxy,
         pt.get_proxy_slot, pt.track_tensor_tree, pt.track_tensor, pt.set_meta, pt.extract_val, pt.is_fake,
         pt._set_unbacked_bindings, symbolic_shapes.compute_unbacked_bindings, pt._enable_thunkify.__wrapped__,

@@ -57,20 +57,27 @@ from fastfake.common.originals import ORIGINALS, original
 _DESCRIPTOR: list = []
 
 #: The names of ``proxy_tensor`` the C path calls or stands in for; a served call
-#: needs each still bound to the object it had at setup.
+#: needs each still bound to the object it had at setup. (``_extract_tensor_metadata``
+#: is looked up at every call instead, as stock's ``set_meta`` looks it up: a
+#: function rebound there, such as the benchmark's fixed memory-format order on 2.9,
+#: is the one called, by stock and by the C path alike.)
 MODULE_NAMES = (
-    "proxy_call", "set_original_aten_op", "maybe_handle_decomp", "autograd_would_have_decomposed",
+    "proxy_call", "set_original_aten_op", "maybe_handle_decomp",
     "_fetch_proxies_and_all_constant_flag", "fetch_object_proxy", "fetch_sym_proxy", "get_proxy_slot",
     "_enable_thunkify", "track_tensor_tree", "track_tensor", "set_meta", "extract_val", "is_fake",
-    "snapshot_fake", "set_proxy_slot", "_extract_tensor_metadata", "_set_unbacked_bindings",
-    "_maybe_record_pointwise_barrier", "_ProxyTensor", "HANDLED_TYPES", "ORIGINAL_ATEN", "fx_traceback",
+    "snapshot_fake", "set_proxy_slot", "_set_unbacked_bindings",
+    "_maybe_record_pointwise_barrier", "_ProxyTensor", "HANDLED_TYPES", "fx_traceback",
     "prim", "_unset_infra_mode", "thunkify", "is_sparse_any", "_SymNodeDict", "log",
 )
 
 
 def _module_names() -> tuple:
-    """MODULE_NAMES and what the proven release adds (2.14+: ``_coor_enabled``)."""
-    return MODULE_NAMES + (("_coor_enabled",) if _compat.proxy_dispatch_variant()["coor"] else ())
+    """MODULE_NAMES and what the proven release adds (2.14+: ``_coor_enabled``; 2.13+:
+    ``autograd_would_have_decomposed`` and the ``ORIGINAL_ATEN`` ContextVar; on 2.9
+    ``ORIGINAL_ATEN`` is a global the method itself sets and clears, read per call)."""
+    variant = _compat.proxy_dispatch_variant()
+    return (MODULE_NAMES + (("_coor_enabled",) if variant["coor"] else ())
+            + (() if variant["layout_2_9"] else ("autograd_would_have_decomposed", "ORIGINAL_ATEN")))
 
 
 def _pt():
@@ -115,18 +122,21 @@ def sym_slot_proxy(tracer: Any, op: Any, proxy: Any, x: Any, *index: int) -> Any
 def check(mode: Any, func: Any, args: tuple, kwargs: dict) -> bool:
     """crosscheck: stock's own predicates say the call takes the plain path."""
     import torch.utils._pytree as pytree
-    from torch.utils._python_dispatch import autograd_would_have_decomposed
+    from torch.utils import _python_dispatch
 
     from fastfake.parity.crosscheck import CrosscheckError
 
     pt = _pt()
     why = []
     flat = pytree.tree_leaves((args, kwargs))
-    if func in mode.decomposition_table:
+    layout_2_9 = _compat.proxy_dispatch_variant()["layout_2_9"]
+    table = pt.CURRENT_DECOMPOSITION_TABLE if layout_2_9 else mode.decomposition_table
+    if func in table:
         why.append("it is in the decomposition table")
     if any(isinstance(x, torch.Tensor) and type(x) not in pt.HANDLED_TYPES for x in flat):
         why.append("an argument is a tensor subclass")
-    if autograd_would_have_decomposed(func, flat) and func._can_decompose():
+    # (2.9's proxy_call asks decompose of every op)
+    if (layout_2_9 or _python_dispatch.autograd_would_have_decomposed(func, flat)) and func._can_decompose():
         why.append("it decomposes")
     if torch.Tag.data_dependent_output in func.tags:
         why.append("it is data-dependent")
@@ -147,7 +157,6 @@ def check(mode: Any, func: Any, args: tuple, kwargs: dict) -> bool:
 def available() -> bool:
     try:
         pt = _pt()
-        from torch._C._dynamo.guards import set_is_in_mode_without_ignore_compile_internals  # noqa: F401
         from torch._ops import _get_dispatch_mode_pre_dispatch  # noqa: F401
         from torch.fx import traceback as fx_traceback
         from torch.utils import _stats
@@ -165,8 +174,17 @@ def available() -> bool:
         return False
     if not _compat.proxy_dispatch_proven():
         return False
-    if _compat.proxy_dispatch_variant()["pyobj_dispatcher"] and "_pyobj_dispatcher" not in vars(torch.ops.aten.add.Tensor):
+    variant = _compat.proxy_dispatch_variant()
+    if variant["pyobj_dispatcher"] and "_pyobj_dispatcher" not in vars(torch.ops.aten.add.Tensor):
         return False
+    if variant["layout_2_9"]:
+        if type(vars(pt).get("CURRENT_DECOMPOSITION_TABLE")) is not dict:
+            return False
+    else:
+        try:
+            from torch._C._dynamo.guards import set_is_in_mode_without_ignore_compile_internals  # noqa: F401
+        except ImportError:
+            return False
     return all(name in vars(pt) for name in _module_names())
 
 
@@ -174,7 +192,6 @@ def _setup() -> Any:
     if not _DESCRIPTOR:
         import functools
 
-        from torch._C._dynamo.guards import set_is_in_mode_without_ignore_compile_internals
         from torch._ops import _get_dispatch_mode_pre_dispatch
         from torch._subclasses.fake_tensor import FakeTensor
         from torch.fx import traceback as fx_traceback
@@ -183,6 +200,11 @@ def _setup() -> Any:
 
         aten = torch.ops.aten
         pt = _pt()
+        layout_2_9 = _compat.proxy_dispatch_variant()["layout_2_9"]
+        if layout_2_9:
+            set_flag = None  # (2.9's enter / exit set no compile-internals flag in C)
+        else:
+            from torch._C._dynamo.guards import set_is_in_mode_without_ignore_compile_internals as set_flag
         stock = _stock_method()
         inner = getattr(stock, "__wrapped__", None)
         if inner is None:
@@ -191,12 +213,14 @@ def _setup() -> Any:
             "mode_type": pt.ProxyTorchDispatchMode, "stock": stock, "facts": facts, "sym_proxy": sym_proxy,
             "module_dict": vars(pt), "module_names": {name: vars(pt)[name] for name in _module_names()},
             "stats_dict": vars(_stats), "counter_key": inner.__qualname__, "traceback_dict": vars(fx_traceback),
-            "has_preserved": fx_traceback.has_preserved_node_meta, "original_aten": pt.ORIGINAL_ATEN,
+            "has_preserved": fx_traceback.has_preserved_node_meta,
+            # (2.13+: a ContextVar; 2.9: None, the global's value, read and set in the module's dict)
+            "original_aten": pt.ORIGINAL_ATEN,
             "device_op": torch.ops.prim.device.default, "handled_types": tuple(pt.HANDLED_TYPES),
             "fake_type": FakeTensor, "proxy_type": torch.fx.Proxy,
             "sym_types": (torch.SymInt, torch.SymFloat, torch.SymBool), "op_type": torch._ops.OpOverload,
             "target_to_str": vars(torch.fx.Graph)["_target_to_str"], "dispatch_dict": vars(_python_dispatch),
-            "set_flag": set_is_in_mode_without_ignore_compile_internals,
+            "set_flag": set_flag,
             "cia_key": torch._C.DispatchKey.CompositeImplicitAutograd,
             "pre_dispatch_proxy": functools.partial(_get_dispatch_mode_pre_dispatch,
                                                     torch._C._TorchDispatchModeKey.PROXY),
@@ -205,6 +229,7 @@ def _setup() -> Any:
                         aten.sym_storage_offset.default),
             "disabled_torch_function": torch._C._disabled_torch_function_impl,
             "pyobj_dispatcher": _compat.proxy_dispatch_variant()["pyobj_dispatcher"],
+            "layout_2_9": layout_2_9,
         })
         _DESCRIPTOR.append(_C.proxy_dispatch_function())
     return _DESCRIPTOR[0]
