@@ -259,6 +259,34 @@ def test_a_decomposition_table_and_precision_barriers(on):
     assert "low_precision_pointwise_barrier" in want
 
 
+def test_a_rebound_extract_tensor_metadata_is_the_one_called(on, monkeypatch):
+    """Stock's set_meta looks ``_extract_tensor_metadata`` up in proxy_tensor at every
+    call, so the C path does too: a function rebound there (the benchmark's fixed
+    memory-format order on 2.9 is one) is called as often as stock calls it, and the
+    calls are still served (it is no name that must hold)."""
+    orig = proxy_tensor._extract_tensor_metadata
+    calls = []
+
+    def mine(t, *args, **kwargs):
+        calls.append(tuple(t.shape))
+        return orig(t, *args, **kwargs)
+
+    def f(x, w):
+        return ((x @ w).sin() + 1).t() * 2
+
+    inputs = (torch.randn(3, 4), torch.randn(4, 5))
+    monkeypatch.setattr(proxy_tensor, "_extract_tensor_metadata", mine)
+    out = {}
+    for flag in (False, True):
+        pd.apply(flag)
+        calls.clear()
+        served = _served()
+        out[flag] = (_make_fx(f, inputs, "fake"), list(calls))
+        if flag:
+            assert _served() - served >= 4
+    assert out[True] == out[False] and len(out[False][1]) >= 4
+
+
 def _original_aten():
     """proxy_tensor's ORIGINAL_ATEN now (a ContextVar; on 2.9 a module global the mode sets and clears)."""
     aten = proxy_tensor.ORIGINAL_ATEN
