@@ -406,6 +406,12 @@ SECOND = " (2nd in process)"
 WARM = " (warm store)"
 
 
+def _is_values(record) -> bool:
+    """A record of real output values (bench.records.record_values: one ``value``
+    entry per leaf), not an FX graph."""
+    return bool(record.meta) and all(m[1] == "value" for m in record.meta)
+
+
 def _is_fresh(args, workload: str) -> bool:
     return not args.in_process and WORKLOADS[workload].fresh
 
@@ -512,9 +518,14 @@ def run_fresh(model_name: str, wl, args, progress: Progress, store: str) -> list
     if args.check_graphs and graphs["stock"] and graphs["fastfake"]:
         from .workloads import diff_graphs
 
-        ref = graphs["stock"][0]
+        # FX graphs and, for workloads that record real outputs (openxla), the
+        # values' records (shape, dtype and a SHA-256 of the bytes per tensor: the
+        # tensors themselves stay in the child), checked separately
+        fx = {impl: [[g for g in gs if not _is_values(g)] for gs in runs] for impl, runs in graphs.items()}
+        values = {impl: [[g for g in gs if _is_values(g)] for gs in runs] for impl, runs in graphs.items()}
+        ref = fx["stock"][0]
         row["graph_labels"] = [g.label for g in ref]
-        diffs = [diff_graphs(ref, g) for g in graphs["fastfake"]]
+        diffs = [diff_graphs(ref, g) for g in fx["fastfake"]]
         diffs = [d for d in diffs if d]
         row["graphs_identical"] = not diffs and any(g.meta for g in ref)
         if diffs:
@@ -522,7 +533,15 @@ def run_fresh(model_name: str, wl, args, progress: Progress, store: str) -> list
             _log(f"GRAPH MISMATCH {name}:\n{diffs[0]}")
         elif not any(g.meta for g in ref):
             row["graph_diff"] = "no graph was captured"
-        stock_diffs = [d for d in (diff_graphs(ref, g, ("stock rep 1", "stock")) for g in graphs["stock"][1:]) if d]
+        if values["stock"][0]:
+            dv = [d for d in (diff_graphs(values["stock"][0], v) for v in values["fastfake"]) if d]
+            row["outputs_identical"] = not dv
+            row["outputs_checked"] = sum(len(g.meta) for g in values["stock"][0])
+            if dv:
+                row["outputs_diff"] = dv[0]
+                _log(f"OUTPUT MISMATCH {name}:\n{dv[0]}")
+        stock_diffs = [d for d in (diff_graphs(graphs["stock"][0], g, ("stock rep 1", "stock"))
+                                   for g in graphs["stock"][1:]) if d]
         if stock_diffs:  # stock itself traced differently in two fresh processes
             row["stock_graphs_reproducible"] = False
             _log(f"note: stock's own graphs differ between processes for {name}:\n{stock_diffs[0]}")

@@ -82,6 +82,9 @@ class _XlaState:
     """Process-wide torch_xla plumbing shared by the openxla workloads."""
 
     ready = False
+    # the warm-up compiles under both implementations (the in-process CLI); a fresh
+    # child warms up only the one it runs (bring_up_torch_xla)
+    warm_both = True
     config: dict[str, dict] = {}  # config module -> flags torch_xla's import changed
     evict_n = 0  # tiny graphs compiled to evict everything from the computation cache
     evict_serial = 0
@@ -89,12 +92,23 @@ class _XlaState:
     times: dict[str, float] = {}
 
 
-def setup_torch_xla():
-    """Import torch_xla (PJRT_DEVICE=CPU unless set), fix the computation-cache
-    size so that it can be emptied between repetitions, warm the openxla path up
-    once per process under both implementations. Returns the torch_xla module."""
+def bring_up_torch_xla() -> None:
+    """A fresh child's ``before_install`` hook: torch_xla imported and its device
+    registered before anything else runs. torch's autograd engine sizes its
+    per-device ready queues at the first backward of a process; one that ran before
+    torch_xla registered the XLA device (the install-time self-test, a warm-up on
+    the CPU) leaves XLA without a queue, and every XLA backward then fails an
+    internal assertion in engine.cpp, stock or not. The child then warms up only the
+    implementation it runs."""
+    _XlaState.warm_both = False
+    torch_xla = _import_torch_xla()
+    torch_xla.device()
+
+
+def _import_torch_xla():
+    """Import torch_xla (PJRT_DEVICE=CPU unless set), keeping the torch config flags
+    its import changes for the openxla runs only (:func:`_xla_config`)."""
     import os
-    import warnings
 
     os.environ.setdefault("PJRT_DEVICE", "CPU")
     os.environ.setdefault(XLA_CACHE_SIZE_ENV, str(XLA_CACHE_SIZE))
@@ -116,6 +130,18 @@ def setup_torch_xla():
                 _XlaState.config[name] = changed
                 for k in changed:
                     setattr(_config_module(name), k, cfg[k])
+    return torch_xla
+
+
+def setup_torch_xla():
+    """Import torch_xla (:func:`_import_torch_xla`), fix the computation-cache size so
+    that it can be emptied between repetitions, warm the openxla path up once per
+    process (under both implementations in the in-process CLI, under the child's
+    own in a fresh child). Returns the torch_xla module."""
+    import os
+    import warnings
+
+    torch_xla = _import_torch_xla()
     if _XlaState.ready:
         return torch_xla
     size = int(os.environ[XLA_CACHE_SIZE_ENV])
@@ -146,7 +172,7 @@ def _xla_warmup(torch_xla) -> None:
     x, y = torch.randn(4, 8).to(dev), torch.randn(8, 4).to(dev)
     prev = fastfake.is_installed()
     try:
-        for install in (False, True):
+        for install in ((False, True) if _XlaState.warm_both else (prev,)):
             fastfake.install() if install else fastfake.uninstall()
             torch._dynamo.reset()
             with _xla_config(), torch.no_grad():
@@ -322,8 +348,10 @@ def compile_openxla_train(model, inputs, *, spec=None, size="default"):
 
 
 XLA_WORKLOADS: tuple[Workload, ...] = (
-    Workload("compile_openxla", compile_openxla, uses_dynamo=True,
+    Workload("compile_openxla", compile_openxla, uses_dynamo=True, fresh=True,
+             before_install="bench.openxla:bring_up_torch_xla",
              doc='torch.compile(backend="openxla") on the XLA device, inference (needs torch_xla)'),
-    Workload("compile_openxla_train", compile_openxla_train, uses_dynamo=True,
+    Workload("compile_openxla_train", compile_openxla_train, uses_dynamo=True, fresh=True,
+             before_install="bench.openxla:bring_up_torch_xla",
              doc='torch.compile(backend="openxla") on the XLA device, forward + backward (needs torch_xla)'),
 )

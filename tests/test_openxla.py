@@ -149,3 +149,27 @@ def test_torch_xla_config_flags_stay_with_openxla_runs():
             assert getattr(mod, k) != v, (name, k)
         with xla._xla_config():
             assert all(getattr(mod, k) == v for k, v in changed.items())
+
+
+def test_the_cli_rows_are_fresh_processes_with_training(tmp_path):
+    """``python -m bench`` runs the openxla rows in fresh processes (each repetition a
+    new process, as users pay): torch_xla is brought up before install() and the
+    warm-up (``bench.openxla.bring_up_torch_xla``), so the training row's XLA
+    backward has its ready queue (it failed an engine assertion, stock and fastfake
+    alike, when a CPU backward ran first), and the graphs and the XLA outputs, checked
+    across the children, are identical."""
+    import json
+
+    out = tmp_path / "rows.json"
+    r = subprocess.run(
+        [sys.executable, "-m", "bench", "--models", "bert", "--workloads", "compile_openxla_train",
+         "--size", "small", "--repeat", "1", "--check-graphs", "--no-dispatch-share", "--no-warm-store",
+         "--no-second", "--json", str(out)],
+        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))), capture_output=True, text=True,
+        timeout=1200)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rows = [row for row in json.loads(out.read_text())["rows"] if row["workload"] == "compile_openxla_train"]
+    assert len(rows) == 1 and rows[0]["mode"] == "fresh", rows
+    row = rows[0]
+    assert not row["errors"], row["errors"]
+    assert row["graphs_identical"] and row["outputs_identical"] and row["outputs_checked"] > 0, row
