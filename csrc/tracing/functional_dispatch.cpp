@@ -357,12 +357,6 @@ bool dynamo_off() {
   return PyUnicode_Compare(name, s_default) == 0;
 }
 
-// The compile-internals flag's setter the mode's enter / exit call (None where the
-// release's set none: 2.9).
-PyObject* flag_setter() {
-  return g.layout_2_9 ? Py_None : g.set_flag;
-}
-
 enum class Outcome { Served, Error, Stock };
 
 Outcome serve(PyObject* mode, PyObject* func, PyObject* types, PyObject* args, PyObject* kwargs, PyObject** result) {
@@ -441,7 +435,8 @@ Outcome serve(PyObject* mode, PyObject* func, PyObject* types, PyObject* args, P
     }
     if (attempt) {
       if (decompose_not_implemented(func, *f->handle, g.cia_key) != 1) return give_up(StockDecompose);
-      if (enter_exit_is_noop(mode, c10::impl::TorchDispatchModeKey::FUNCTIONAL, g.dispatch_dict, flag_setter()) != 1) {
+      if (enter_exit_is_noop(mode, c10::impl::TorchDispatchModeKey::FUNCTIONAL, g.dispatch_dict,
+                             flag_setter(g.layout_2_9, g.set_flag)) != 1) {
         return give_up(StockState);
       }
       resync_flag = true;
@@ -483,7 +478,7 @@ Outcome serve(PyObject* mode, PyObject* func, PyObject* types, PyObject* args, P
     Py_DECREF(ok);
   }
   // -- from here on, what stock does --
-  if (resync_flag && resync_compile_internals_flag(g.dispatch_dict, flag_setter()) < 0) {
+  if (resync_flag && resync_compile_internals_flag(g.dispatch_dict, flag_setter(g.layout_2_9, g.set_flag)) < 0) {
     Py_DECREF(args_u);
     Py_XDECREF(kwargs_u);
     return Outcome::Error;

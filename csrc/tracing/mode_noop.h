@@ -37,6 +37,13 @@ int decompose_not_implemented(PyObject* func, const c10::OperatorHandle& handle,
 int enter_exit_is_noop(PyObject* mode, c10::impl::TorchDispatchModeKey key, PyObject* dispatch_dict,
                        PyObject* set_flag);
 
+// The setter to hand the two functions above: `set_flag`, or None where the
+// release's enter / exit set no flag in C (2.9). (A bound None is held as nullptr,
+// which those functions read as "not bound".)
+inline PyObject* flag_setter(bool release_sets_none, PyObject* set_flag) {
+  return release_sets_none ? Py_None : set_flag;
+}
+
 // The compile-internals flag set as that exit sets it (from the Python global
 // beside it; nothing where `set_flag` is None): 0, or -1 with an error set.
 int resync_compile_internals_flag(PyObject* dispatch_dict, PyObject* set_flag);

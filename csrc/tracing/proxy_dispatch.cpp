@@ -639,12 +639,6 @@ int track_one(PyObject* out, PyObject* proxy, PyObject* tracer) {
 
 enum class Outcome { Served, Error, Stock };
 
-// The compile-internals flag's setter the mode's enter / exit call (None where the
-// release's set none: 2.9).
-PyObject* flag_setter() {
-  return g.layout_2_9 ? Py_None : g.set_flag;
-}
-
 // stock's method for prim.device: the count, the context, the call.
 Outcome serve_device(PyObject* func, PyObject* args, PyObject* kwargs, PyObject** result) {
   if (count_call() < 0) return Outcome::Error;
@@ -780,7 +774,7 @@ Outcome serve(PyObject* mode, PyObject* func, PyObject* args, PyObject* kwargs, 
   if (attempt) {
     if (decompose_not_implemented(func, *f->handle, g.cia_key) != 1) return give_up(StockDecompose);
     if (c10::impl::tls_is_dispatch_key_included(c10::DispatchKey::PreDispatch) ||
-        enter_exit_is_noop(mode, c10::impl::TorchDispatchModeKey::PROXY, g.dispatch_dict, flag_setter()) != 1) {
+        enter_exit_is_noop(mode, c10::impl::TorchDispatchModeKey::PROXY, g.dispatch_dict, flag_setter(g.layout_2_9, g.set_flag)) != 1) {
       return give_up(StockState);
     }
     PyObject* pre = PyObject_CallNoArgs(g.pre_dispatch_proxy);
@@ -810,7 +804,7 @@ Outcome serve(PyObject* mode, PyObject* func, PyObject* args, PyObject* kwargs, 
   PyObject* token = nullptr;
   PyObject* out = nullptr;
   bool ok = aten_enter(func, &token) == 0;
-  if (ok && attempt) ok = resync_compile_internals_flag(g.dispatch_dict, flag_setter()) == 0;
+  if (ok && attempt) ok = resync_compile_internals_flag(g.dispatch_dict, flag_setter(g.layout_2_9, g.set_flag)) == 0;
   PyObject* proxy_args = nullptr;
   PyObject* proxy_kwargs = nullptr;
   if (ok) {
