@@ -344,21 +344,7 @@ def run_cell(spec, model, inputs, wl, args, progress: Progress) -> dict:
         if len(graphs) == 2:
             # FX graphs (code + node metadata) and, for workloads that record real
             # outputs (openxla: "xla_outputs"), the values, checked separately.
-            fx = {i: [g for g in gs if g.values is None] for i, gs in graphs.items()}
-            vals = {i: [g for g in gs if g.values is not None] for i, gs in graphs.items()}
-            d = diff_graphs(fx["stock"], fx["fastfake"])
-            row["graphs_identical"] = not d
-            row["graph_labels"] = [g.label for g in fx["stock"]]
-            if d:
-                row["graph_diff"] = d
-                _log(f"GRAPH MISMATCH {name}:\n{d}")
-            if vals["stock"] or vals["fastfake"]:
-                dv = diff_graphs(vals["stock"], vals["fastfake"])
-                row["outputs_identical"] = not dv
-                row["outputs_checked"] = sum(len(g.values) for g in vals["stock"])
-                if dv:
-                    row["outputs_diff"] = dv
-                    _log(f"OUTPUT MISMATCH {name}:\n{dv}")
+            _compared(row, name, [graphs["stock"]], [graphs["fastfake"]])
     harness.set_impl("stock")
     harness.release(run)
     return finish_row(row)
@@ -406,10 +392,16 @@ SECOND = " (2nd in process)"
 WARM = " (warm store)"
 
 
-def _is_values(record) -> bool:
-    """A record of real output values (bench.records.record_values: one ``value``
-    entry per leaf), not an FX graph."""
-    return bool(record.meta) and all(m[1] == "value" for m in record.meta)
+def _compared(row: dict, name: str, stock: list, fastfake: list) -> None:
+    """The graph and output checks of a row (bench.records.compare_runs), logged
+    where they differ."""
+    from .records import compare_runs
+
+    row.update(compare_runs(stock, fastfake))
+    if row.get("graph_diff"):
+        _log(f"GRAPH MISMATCH {name}:\n{row['graph_diff']}")
+    if row.get("outputs_diff"):
+        _log(f"OUTPUT MISMATCH {name}:\n{row['outputs_diff']}")
 
 
 def _is_fresh(args, workload: str) -> bool:
@@ -516,30 +508,10 @@ def run_fresh(model_name: str, wl, args, progress: Progress, store: str) -> list
                     progress.note(f"{name} fastfake SymNode-arithmetic child: FAILED")
 
     if args.check_graphs and graphs["stock"] and graphs["fastfake"]:
-        from .workloads import diff_graphs
-
         # FX graphs and, for workloads that record real outputs (openxla), the
         # values' records (shape, dtype and a SHA-256 of the bytes per tensor: the
         # tensors themselves stay in the child), checked separately
-        fx = {impl: [[g for g in gs if not _is_values(g)] for gs in runs] for impl, runs in graphs.items()}
-        values = {impl: [[g for g in gs if _is_values(g)] for gs in runs] for impl, runs in graphs.items()}
-        ref = fx["stock"][0]
-        row["graph_labels"] = [g.label for g in ref]
-        diffs = [diff_graphs(ref, g) for g in fx["fastfake"]]
-        diffs = [d for d in diffs if d]
-        row["graphs_identical"] = not diffs and any(g.meta for g in ref)
-        if diffs:
-            row["graph_diff"] = diffs[0]
-            _log(f"GRAPH MISMATCH {name}:\n{diffs[0]}")
-        elif not any(g.meta for g in ref):
-            row["graph_diff"] = "no graph was captured"
-        if values["stock"][0]:
-            dv = [d for d in (diff_graphs(values["stock"][0], v) for v in values["fastfake"]) if d]
-            row["outputs_identical"] = not dv
-            row["outputs_checked"] = sum(len(g.meta) for g in values["stock"][0])
-            if dv:
-                row["outputs_diff"] = dv[0]
-                _log(f"OUTPUT MISMATCH {name}:\n{dv[0]}")
+        _compared(row, name, graphs["stock"][:1], graphs["fastfake"])
         stock_diffs = [d for d in (diff_graphs(graphs["stock"][0], g, ("stock rep 1", "stock"))
                                    for g in graphs["stock"][1:]) if d]
         if stock_diffs:  # stock itself traced differently in two fresh processes

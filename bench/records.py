@@ -106,6 +106,42 @@ def _diff_values(label: str, va: list, vb: list) -> str:
     return ""
 
 
+def is_values(record: GraphRecord) -> bool:
+    """A record of real output values (:func:`record_values`), not an FX graph: it
+    holds the CPU tensors in this process, and after crossing a process boundary as
+    JSON (bench/fresh.py) one ``value`` entry per leaf."""
+    if record.values is not None:
+        return True
+    return bool(record.meta) and all(m[1] == "value" for m in record.meta)
+
+
+def compare_runs(stock: list[list[GraphRecord]], fastfake: list[list[GraphRecord]]) -> dict:
+    """fastfake's records of each repetition against stock's first, FX graphs and
+    value records apart. The row keys of the benchmark: ``graphs_identical`` (False
+    where no graph was captured: a check that cannot fail is no check),
+    ``graph_labels`` and the first ``graph_diff``; where values were recorded,
+    ``outputs_identical``, ``outputs_checked`` (tensors) and the first
+    ``outputs_diff``. Both the in-process and the fresh-process paths use it."""
+    out: dict = {}
+    fx_ref = [g for g in stock[0] if not is_values(g)]
+    vals_ref = [g for g in stock[0] if is_values(g)]
+    out["graph_labels"] = [g.label for g in fx_ref]
+    diffs = [d for d in (diff_graphs(fx_ref, [g for g in gs if not is_values(g)]) for gs in fastfake) if d]
+    captured = any(g.meta for g in fx_ref)
+    out["graphs_identical"] = not diffs and captured
+    if diffs:
+        out["graph_diff"] = diffs[0]
+    elif not captured:
+        out["graph_diff"] = "no graph was captured"
+    if vals_ref or any(is_values(g) for gs in fastfake for g in gs):
+        dv = [d for d in (diff_graphs(vals_ref, [g for g in gs if is_values(g)]) for gs in fastfake) if d]
+        out["outputs_identical"] = not dv
+        out["outputs_checked"] = sum(len(g.meta) for g in vals_ref)
+        if dv:
+            out["outputs_diff"] = dv[0]
+    return out
+
+
 def diff_graphs(a: list[GraphRecord], b: list[GraphRecord], names=("stock", "fastfake")) -> str:
     """'' when identical, else a short human-readable description of the first difference."""
     import difflib
