@@ -604,6 +604,27 @@ PYBIND11_MODULE(_C, m) {
       []() { return portable_size(); },
       "Number of recorded symbolic entries other ShapeEnvs may reuse.");
   m.def(
+      "portable_set_loader",
+      [](py::handle fn) { portable_set_loader(fn.ptr()); },
+      "Called once, at the next symbolic miss (the store reads its records); None: not at all.");
+  m.def("portable_disk_served", []() { return portable_disk_served(); },
+        "First calls served from records the store read from disk.");
+  m.def("portable_set_disk_served", [](uint64_t n) { portable_set_disk_served(n); });
+  m.def(
+      "portable_export",
+      []() {
+        PyObject* r = portable_export();
+        if (r == nullptr) throw py::error_already_set();
+        return py::reinterpret_steal<py::object>(r);
+      },
+      "The portable records learned since the last export: [(key, value-id positions, hit, "
+      "miss, masks, seeds, record)] (csrc/cache/entry_io.cpp's forms).");
+  m.def(
+      "portable_import",
+      [](py::handle items) { return portable_import(items.ptr()); },
+      "Add records [(key, hit, miss, masks, seeds, record)] (the key with this process's op id "
+      "and value ids); returns how many were added.");
+  m.def(
       "setup_real_inputs",
       [](py::handle tensor_type, py::handle parameter_type, py::handle tls, py::handle policy) {
         set_ref(g_py.tensor_type, tensor_type);

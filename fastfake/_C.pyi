@@ -299,6 +299,21 @@ def portable_size() -> int:
     """Number of recorded entries another ShapeEnv may reuse (bounded: 8,192, then
     emptied)."""
 
+def portable_set_loader(fn: Callable[[], None] | None) -> None:
+    """Called once, at the next symbolic miss (the store reads its records)."""
+
+def portable_disk_served() -> int:
+    """First calls served from records the store read from disk."""
+
+def portable_set_disk_served(n: int) -> None: ...
+
+def portable_export() -> list[tuple]:
+    """The portable records learned since the last export: (key, value-id positions,
+    hit recipe, miss recipe, masks, seeds, record) (csrc/cache/entry_io.cpp)."""
+
+def portable_import(items: list[tuple]) -> int:
+    """Add (key, hit, miss, masks, seeds, record) records; how many were added."""
+
 def setup_rerun(
     before: Callable[[Any, Any, tuple, Any], Any],
     learn: Callable[[Any, Any, tuple, Any, Any, Any], Any],

@@ -28,6 +28,7 @@ def _expected_all_on() -> dict[str, bool]:
             (not a.selftest or report.passed.get(a.name, False))
             and all(on[n] for n in a.needs)
             and _install.available(a)
+            and _switches.enabled(a)
         )
     return on
 
@@ -78,7 +79,22 @@ def test_install_turns_on_what_the_table_says(installed):
     assert _install.decisions() == _expected_all_on()
     # on 2.13 everything is available and proven
     if torch.__version__.startswith("2.13"):
-        assert all(_install.decisions().values()), _install.decisions()
+        assert all(v for k, v in _install.decisions().items() if not _accelerations.BY_NAME[k].opt_in), \
+            _install.decisions()
+
+
+@pytest.mark.parametrize("enable", ["", "store_symbolic"])
+def test_an_opt_in_acceleration_is_on_only_where_enabled(monkeypatch, enable):
+    opt_in = [a for a in ACC if a.opt_in]
+    assert opt_in
+    monkeypatch.setenv("FASTFAKE_ENABLE", enable)
+    fastfake.install()
+    on = _install.decisions()
+    assert on == _expected_all_on()
+    for a in opt_in:
+        assert on[a.name] == (enable == a.name and _install.available(a)), (a.name, _install.explain()[a.name])
+        if not on[a.name] and not enable:
+            assert "FASTFAKE_ENABLE" in _install.explain()[a.name]
 
 
 @pytest.mark.parametrize("name", [a.name for a in ACC])

@@ -72,6 +72,10 @@ def test_passes_here_and_every_feature_served():
         expected.add("sym_register")
     if _store.available():
         expected.add("store")
+    from fastfake.store import symbolic as _store_symbolic
+
+    if _store_symbolic.available():
+        expected.add("store_symbolic")
     if _frame_stack.available():
         expected.add("frame_stack")
     if _funcnames.available():

@@ -314,7 +314,7 @@ def run_world(plan: list[dict], world: str, out_path: str) -> None:
             import fastfake
 
             served = {k: v for k, v in fastfake.stats().items() if v and (
-                k.startswith("cache.symbolic.portable.served") or k in (
+                k.startswith(("cache.symbolic.portable.served", "store.symbolic")) or k in (
                     "cache.hits", "elementwise.hits", "functional_dispatch.served", "proxy_dispatch.served",
                     "proxy_dispatch.tracked.symbolic", "sym_register.served"))}
             fh.write(json.dumps({"stats": served}) + "\n")

@@ -167,6 +167,7 @@ struct KeyCtx {
   PyObject* shape_env = nullptr; // borrowed: the mode's
   bool symbolic = false;
   std::vector<PyObject*> nodes; // borrowed SymNodes, by first occurrence
+  std::vector<uint32_t> node_pos; // where each of `nodes` put its value id in `key`
   std::vector<c10::SymInt> syms; // the same, as c10::SymInt (reused by outputs)
   // The op is one of fastfake.cache.rerun.SCALAR_OPS: a SymFloat argument enters the
   // key (stock bypasses its cache for it; only cache_rerun.cpp serves such keys).
@@ -238,6 +239,16 @@ bool seeds_of(
     PyObject* args,
     const std::vector<uint32_t>& before,
     std::vector<Seed>& out);
+
+// ---- entry_io.cpp ----
+// A positive entry's recipe as a tuple of ints, bools and the Python objects it
+// holds (the op, devices, constants, new SymNodes' fields), and back (false, no
+// error left set, on anything that is not such a tuple; the caller releases `e`).
+// Seeds the same way. What the store keeps (fastfake/store/symbolic.py).
+PyObject* entry_to_py(const Entry& e);
+bool entry_from_py(PyObject* o, Entry& e);
+PyObject* seeds_to_py(const std::vector<Seed>& seeds);
+bool seeds_from_py(PyObject* o, std::vector<Seed>& out);
 
 // ---- cache_rebuild.cpp ----
 // SymNode.clone proven to return its node (fastfake/symbolic/symnode_int.py), or None:

@@ -201,6 +201,7 @@ bool push_node(KeyCtx& ctx, PyObject* node, const c10::SymInt* s) {
   ctx.key.push_back(kSym);
   ctx.key.push_back(vid);
   ctx.nodes.push_back(node);
+  ctx.node_pos.push_back(static_cast<uint32_t>(ctx.key.size() - 1));
   try {
     ctx.syms.push_back(s != nullptr ? *s : symint_from_node(node));
   } catch (...) {

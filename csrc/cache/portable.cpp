@@ -36,6 +36,13 @@ struct PEntry {
   PyObject* record = nullptr; // owned, opaque (fastfake.cache.portable)
   // admitted and committed in C++ (cache_portable_fast.cpp), or by fastfake.cache.portable
   std::shared_ptr<FastRecord> fast;
+  // For the store (fastfake/store/symbolic.py): where the key holds SymNode value
+  // ids; whether it may be kept (no SymFloat argument's id in it); whether it
+  // was read from disk or handed to the store already.
+  std::vector<uint32_t> vid_pos;
+  bool exportable = false;
+  bool kept = false;
+  bool from_disk = false;
   void release() {
     hit.release();
     miss.release();
@@ -51,12 +58,14 @@ bool g_on = false;
 int g_inject_fault = 0;
 uint64_t g_memo_refused = 0; // not recorded: an output holds an argument's derived value
 uint64_t g_memo_declined = 0; // not served: the arguments had memoised other derived values
+uint64_t g_disk_served = 0; // first calls served from a record read from the store
 PyObject* g_before = nullptr;
 PyObject* g_learn = nullptr;
 PyObject* g_admit = nullptr;
 PyObject* g_commit = nullptr;
 PyObject* g_log_hit = nullptr;
 PyObject* g_replay = nullptr;
+PyObject* g_loader = nullptr; // called once, at the first symbolic miss (the store's records)
 
 Key portable_key(const Key& key) {
   Key p = key;
@@ -210,6 +219,8 @@ void portable_learn(
     if (o.kind == OutSpec::View) o.share_version = true;
   }
   pe.hit = clone(e);
+  pe.vid_pos = ctx.node_pos;
+  pe.exportable = ctx.sym_scalars == 0 && ctx.node_pos.size() == ctx.nodes.size();
   pe.masks = std::move(masks);
   pe.seeds = std::move(seeds);
   pe.record = PyTuple_GET_ITEM(r, 0);
@@ -306,6 +317,7 @@ PyObject* serve_fast(
   if (!g_config.crosscheck && g_stock_counts.enabled && !g_stock_counts.non_fake_call) {
     ++g_stock_counts.misses; // stock's miss; its entry went to the ShapeEnv's cache
   }
+  if (pe.from_disk) ++g_disk_served;
   store(Key(ctx.key), std::move(local));
   return out;
 }
@@ -318,7 +330,19 @@ PyObject* portable_serve(
     PyObject* args,
     PyObject* kwargs,
     const KeyCtx& ctx) {
-  if (!usable(ctx) || g_portable.empty()) return nullptr;
+  if (!usable(ctx)) return nullptr;
+  if (g_loader != nullptr) {
+    PyObject* loader = g_loader; // (once: the store reads its file and imports)
+    g_loader = nullptr;
+    PyObject* r = PyObject_CallNoArgs(loader);
+    Py_DECREF(loader);
+    if (r == nullptr) {
+      PyErr_Clear();
+    } else {
+      Py_DECREF(r);
+    }
+  }
+  if (g_portable.empty()) return nullptr;
   auto it = g_portable.find(portable_key(ctx.key));
   if (it == g_portable.end()) return nullptr;
   PEntry& pe = it->second;
@@ -376,6 +400,7 @@ PyObject* portable_serve(
   if (!g_config.crosscheck && g_stock_counts.enabled && !g_stock_counts.non_fake_call) {
     ++g_stock_counts.misses; // stock's miss; its entry went to the ShapeEnv's cache
   }
+  if (pe.from_disk) ++g_disk_served;
   store(Key(ctx.key), std::move(local));
   return out;
 }
@@ -395,6 +420,128 @@ void portable_setup(
     Py_XINCREF(src);
     Py_XSETREF(*dst, src);
   }
+}
+
+uint64_t portable_disk_served() {
+  return cache_detail::g_disk_served;
+}
+
+void portable_set_disk_served(uint64_t n) {
+  cache_detail::g_disk_served = n;
+}
+
+void portable_set_loader(PyObject* loader) {
+  using namespace cache_detail;
+  Py_XSETREF(g_loader, loader == nullptr || loader == Py_None ? nullptr : Py_NewRef(loader));
+}
+
+PyObject* portable_export() {
+  using namespace cache_detail;
+  PyObject* out = PyList_New(0);
+  if (out == nullptr) return nullptr;
+  for (auto& [key, pe] : g_portable) {
+    if (pe.kept || !pe.exportable) continue;
+    pe.kept = true;
+    PyObject* k = PyTuple_New(static_cast<Py_ssize_t>(key.size()));
+    if (k == nullptr) {
+      Py_DECREF(out);
+      return nullptr;
+    }
+    for (size_t i = 0; i < key.size(); ++i) {
+      PyTuple_SET_ITEM(k, static_cast<Py_ssize_t>(i), PyLong_FromLongLong(key[i]));
+    }
+    PyObject* pos = PyTuple_New(static_cast<Py_ssize_t>(pe.vid_pos.size()));
+    PyObject* masks = PyTuple_New(static_cast<Py_ssize_t>(pe.masks.size()));
+    if (pos == nullptr || masks == nullptr) {
+      Py_XDECREF(pos);
+      Py_XDECREF(masks);
+      Py_DECREF(k);
+      Py_DECREF(out);
+      return nullptr;
+    }
+    for (size_t i = 0; i < pe.vid_pos.size(); ++i) {
+      PyTuple_SET_ITEM(pos, static_cast<Py_ssize_t>(i), PyLong_FromUnsignedLong(pe.vid_pos[i]));
+    }
+    for (size_t i = 0; i < pe.masks.size(); ++i) {
+      PyTuple_SET_ITEM(masks, static_cast<Py_ssize_t>(i), PyLong_FromUnsignedLong(pe.masks[i]));
+    }
+    PyObject* hit = entry_to_py(pe.hit);
+    PyObject* miss = hit != nullptr ? entry_to_py(pe.miss) : nullptr;
+    PyObject* seeds = miss != nullptr ? seeds_to_py(pe.seeds) : nullptr;
+    if (seeds == nullptr) {
+      // (an entry that cannot be described: not kept)
+      PyErr_Clear();
+      Py_XDECREF(hit);
+      Py_XDECREF(miss);
+      Py_DECREF(k);
+      Py_DECREF(pos);
+      Py_DECREF(masks);
+      continue;
+    }
+    PyObject* item = Py_BuildValue("(NNNNNNO)", k, pos, hit, miss, masks, seeds, pe.record);
+    if (item == nullptr || PyList_Append(out, item) < 0) {
+      Py_XDECREF(item);
+      Py_DECREF(out);
+      return nullptr;
+    }
+    Py_DECREF(item);
+  }
+  return out;
+}
+
+int portable_import(PyObject* items) {
+  using namespace cache_detail;
+  if (!PyList_Check(items)) return 0;
+  int n = 0;
+  for (Py_ssize_t i = 0; i < PyList_GET_SIZE(items); ++i) {
+    if (g_portable.size() >= kMaxPortable) break;
+    PyObject* it = PyList_GET_ITEM(items, i);
+    // (key, hit, miss, masks, seeds, record): the key with this process's op id and
+    // SymNode value ids in it (fastfake/store/symbolic.py)
+    if (!PyTuple_CheckExact(it) || PyTuple_GET_SIZE(it) != 6) continue;
+    Key key;
+    PyObject* k = PyTuple_GET_ITEM(it, 0);
+    bool ok = PyTuple_CheckExact(k) && PyTuple_GET_SIZE(k) > 0;
+    for (Py_ssize_t j = 0; ok && j < PyTuple_GET_SIZE(k); ++j) {
+      PyObject* x = PyTuple_GET_ITEM(k, j);
+      int overflow = 0;
+      const long long v = PyLong_CheckExact(x) ? PyLong_AsLongLongAndOverflow(x, &overflow) : 0;
+      ok = PyLong_CheckExact(x) && overflow == 0 && !(v == -1 && PyErr_Occurred());
+      key.push_back(v);
+    }
+    PyErr_Clear();
+    if (!ok || key.back() != 0 || g_portable.count(key) != 0) continue;
+    PEntry pe;
+    PyObject* masks = PyTuple_GET_ITEM(it, 3);
+    ok = PyTuple_CheckExact(masks);
+    for (Py_ssize_t j = 0; ok && j < PyTuple_GET_SIZE(masks); ++j) {
+      PyObject* x = PyTuple_GET_ITEM(masks, j);
+      const unsigned long v = PyLong_CheckExact(x) ? PyLong_AsUnsignedLong(x) : 0;
+      ok = PyLong_CheckExact(x) && !PyErr_Occurred() && v <= 0xffffffffUL;
+      pe.masks.push_back(static_cast<uint32_t>(v));
+    }
+    PyErr_Clear();
+    ok = ok && entry_from_py(PyTuple_GET_ITEM(it, 1), pe.hit) && entry_from_py(PyTuple_GET_ITEM(it, 2), pe.miss) &&
+        pe.hit.func == pe.miss.func && reinterpret_cast<intptr_t>(pe.hit.func) == key.front() &&
+        seeds_from_py(PyTuple_GET_ITEM(it, 4), pe.seeds);
+    for (const Seed& sd : pe.seeds) {
+      // (a seed goes to an argument that was a symbolic tensor where learned; the
+      // masks, compared before serving, say the serving call's is one too)
+      ok = ok && static_cast<size_t>(sd.arg) < pe.masks.size() && (pe.masks[sd.arg] & (1u << 31)) != 0;
+    }
+    PyErr_Clear();
+    if (!ok) {
+      pe.release();
+      continue;
+    }
+    pe.record = Py_NewRef(PyTuple_GET_ITEM(it, 5));
+    untrack_inert(pe.record);
+    pe.kept = true;
+    pe.from_disk = true;
+    g_portable.emplace(std::move(key), std::move(pe));
+    ++n;
+  }
+  return n;
 }
 
 bool portable_set(bool on) {

@@ -18,6 +18,18 @@ void portable_setup(
     PyObject* commit,
     PyObject* log_hit,
     PyObject* replay);
+// The store's records (fastfake/store/symbolic.py): `loader` is called once, at
+// the first symbolic miss after it is set (None: not at all); export hands over the
+// records learned since the last export as (key, value-id positions, hit recipe,
+// miss recipe, masks, seeds, record) tuples (csrc/cache/entry_io.cpp's forms);
+// import takes (key, hit, miss, masks, seeds, record) tuples whose key holds this
+// process's op id and value ids, and returns how many it added.
+void portable_set_loader(PyObject* loader);
+// First calls served from records the store read (import), and its setter.
+uint64_t portable_disk_served();
+void portable_set_disk_served(uint64_t n);
+PyObject* portable_export();
+int portable_import(PyObject* items);
 // Turns serving and learning on or off; returns the previous setting.
 bool portable_set(bool on);
 // While a symbolic miss is being recorded (its kernel running in stock), every call

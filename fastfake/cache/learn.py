@@ -41,15 +41,26 @@ _MAX_VIDS = 1 << 18
 def sym_vid(node) -> int:
     """The value id of a SymNode: equal ids iff stock's `_PySymInputStub`s compare
     equal (`SymNode._value_eq`). Memoised on the node (its fields never change)."""
-    value = (node._expr, node.pytype, node._hint, node.constant, node.fx_node)
+    vid = intern((node._expr, node.pytype, node._hint, node.constant, node.fx_node))
+    node._fastfake_vid = vid
+    return vid
+
+
+def intern(value: tuple) -> int:
+    """The value id of a SymNode value ``(expr, pytype, hint, constant, fx_node)``
+    (the store's records name values so: fastfake/store/symbolic.py)."""
     vid = _VIDS.get(value)
     if vid is None:
         if len(_VIDS) >= _MAX_VIDS:
             _VIDS.clear()
             _C.vids_cleared()  # (ids C++ looked up are not reused)
         vid = _VIDS[value] = next(_NEXT_VID)
-    node._fastfake_vid = vid
     return vid
+
+
+def interned_values() -> dict[int, tuple]:
+    """Value id -> value, for the values interned now."""
+    return {vid: value for value, vid in _VIDS.items()}
 
 
 # Synthesised outputs stock builds while validating a new entry of its own

@@ -49,6 +49,9 @@ class Acceleration:
     # its self-test program's results are stock's whether it serves or not (no value
     # passes through it): the feature passes only where it served
     selftest_must_serve: bool = False
+    # off unless FASTFAKE_ENABLE names it (proven and tested, but not worth its cost
+    # on the measured workloads yet: docs/performance.md)
+    opt_in: bool = False
     module: str = ""  # where it lives
     # where stats() reads its counters beyond the extension's main map (``_C.counters()``):
     # a module with counters() / reset_counters() / saved_counters() / restore_counters(),
@@ -146,6 +149,17 @@ ACCELERATIONS: tuple[Acceleration, ...] = (
         crosscheck="a call a record could serve runs stock's miss, whose record must equal the kept one",
         counts="fastfake.store.records",
         module="fastfake/store/"),
+    Acceleration(
+        "store_symbolic", "records served in other ShapeEnvs, kept on disk",
+        "a later process's first call of a symbolic call (stock's miss) whose record an earlier process kept",
+        "the record, its key's SymNode values and its op kept exactly and read back as the same values; admitted by the checks of a record from another ShapeEnv of the same process (signature, stock's cache, replayed evaluations)",
+        ("store.symbolic.served",), "store.symbolic.", "cache",
+        needs=("cache_portable", "store"), available="fastfake.store.symbolic:available",
+        apply="fastfake.store.symbolic:apply",
+        crosscheck="as a record from another ShapeEnv: the result, the ShapeEnv delta, and every evaluation replayed",
+        selftest_must_serve=True, opt_in=True,
+        counts="fastfake.store.symbolic",
+        module="csrc/cache/entry_io.cpp, fastfake/store/symbolic.py, fastfake/store/symcodec.py"),
     Acceleration(
         "funcnames", "Dynamo's function-name tables kept on disk",
         "`torch._dynamo.funcname_cache._add_file`: a source file's first ask in a process, the whole file through the pure-Python `tokenize` (for a debug log's header Dynamo builds per FX node)",
@@ -328,5 +342,7 @@ def markdown() -> str:
         switch = f"`{a.switch}`"
         if a.rides in ("elementwise", "cache", "device") and a.name == a.rides:
             switch += f" or `install({a.name}=False)`"
+        if a.opt_in:
+            switch = f"off unless `FASTFAKE_ENABLE={a.name}`; then `{a.switch}`"
         rows.append(f"| {a.title} | {a.replaces} | {switch} | `{a.counters}*` |")
     return "\n".join(rows)

@@ -294,6 +294,8 @@ def decide(opts: Options, report, *, debug: bool = False) -> dict[str, str]:
         if _switches.disabled(acc):
             legacy = acc.legacy if acc.legacy and _env_flag(acc.legacy) else ""
             why[acc.name] = f"switched off ({legacy or acc.switch})"
+        elif not _switches.enabled(acc):
+            why[acc.name] = f"off unless enabled (FASTFAKE_ENABLE={acc.name})"
         elif not available(acc):
             why[acc.name] = "not offered on this release"
         elif acc.selftest and not report.passed.get(acc.name, False):

@@ -144,6 +144,45 @@ def _portable_program(mode, dev: str) -> list:
         return out
 
 
+def _store_symbolic_program(mode, dev: str) -> list:
+    """The portable program, with the records learned in the other ShapeEnv taken
+    through the store's file form (JSON text, in memory) and read back into an
+    emptied table before the compared calls run in ``mode``."""
+    import json
+
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.fx.experimental.symbolic_shapes import ShapeEnv
+
+    from fastfake.cache import learn as _learn
+    from fastfake.store import symbolic as _symbolic
+
+    with _symbolic.isolated():
+        with FakeTensorMode(shape_env=ShapeEnv()) as other:
+            _symbolic_program(other, dev)
+        values = _learn.interned_values()
+        parts: dict = {}
+        kept = [r for r in (_symbolic._describe(i, values, parts) for i in _C.portable_export()) if r is not None]
+        text = json.dumps([kept, parts])
+        _C.cache_clear()
+        try:
+            kept, parts = json.loads(text)
+            with _symbolic.shared_parts(parts):
+                _C.portable_import([_symbolic._decode(rec) for _, rec in kept])
+            with mode:
+                x = _symbolic_input(mode, dev, 6, 8)
+                w = _symbolic_input(mode, dev, 8, 4)
+                out = []
+                for _ in range(2):
+                    out.append(("mm", (x, w), torch.mm(x, w)))
+                    out.append(("softmax", (x,), torch.softmax(x, -1)))
+                    out.append(("add", (x,), x + x))
+                    out.append(("sum", (x,), x.sum(0)))
+                    out.append(("view", (x,), x.view(x.shape[0] * x.shape[1])))
+                return out
+        finally:
+            _C.cache_clear()  # (the records read back serve no later program)
+
+
 def _store_calls(dev: str) -> list:
     """Each call once (a repeat would be served by the result cache, not the store;
     so would a decomposition's repeated nested call, which the result cache counts
@@ -968,6 +1007,7 @@ def _groups() -> list[tuple[str, Program, bool, tuple[str, ...]]]:
         ("cache_symbolic", _symbolic_program, True, ("cpu",)),
         ("cache_portable", _portable_program, True, ("cpu",)),
         ("store", _store_program, False, ("cpu",)),
+        ("store_symbolic", _store_symbolic_program, True, ("cpu",)),
         ("cache_rerun", _rerun_program, True, ("cpu",)),
         ("cache_rerun_scalar", _rerun_scalar_program, True, ("cpu",)),
         ("cache_item_memo", _item_memo_program, True, ("cpu",)),

@@ -6,6 +6,8 @@
   acceleration's name or one of its aliases (``python -m fastfake accelerations``
   lists them, from fastfake/core/accelerations.py). An unknown name is reported
   once, with the names there are.
+* ``FASTFAKE_ENABLE=store_symbolic``: an acceleration that is off unless named here
+  (``opt_in`` in the table).
 * ``FASTFAKE_NO_<X>=1``, the switches before this scheme, are honoured for this
   release (each acceleration's ``legacy`` field) and reported once as deprecated.
 
@@ -44,6 +46,15 @@ def disabled_all() -> bool:
 def disabled(acc: Acceleration) -> bool:
     """``acc`` is switched off, by its name, an alias, or its legacy variable."""
     return bool(names() & set(acc.names)) or bool(acc.legacy and flag(acc.legacy))
+
+
+def enabled(acc: Acceleration) -> bool:
+    """An opt-in acceleration (``opt_in``) is named by ``FASTFAKE_ENABLE`` (names as
+    for ``FASTFAKE_DISABLE``); every other one is enabled."""
+    if not acc.opt_in:
+        return True
+    wanted = {n for n in re.split(r"[,\s]+", os.environ.get("FASTFAKE_ENABLE", "").strip().lower()) if n}
+    return bool(wanted & set(acc.names))
 
 
 def unknown() -> list[str]:
