@@ -607,6 +607,9 @@ PYBIND11_MODULE(_C, m) {
       "portable_set_loader",
       [](py::handle fn) { portable_set_loader(fn.ptr()); },
       "Called once, at the next symbolic miss (the store reads its records); None: not at all.");
+  m.def("portable_set_fast_for", [](py::handle fn) { portable_set_fast_for(fn.ptr()); },
+        "fn(record, keys): the C++ fast form of a record read from disk, after its first "
+        "admission in Python (None: not built).");
   m.def("portable_disk_served", []() { return portable_disk_served(); },
         "First calls served from records the store read from disk.");
   m.def("portable_set_disk_served", [](uint64_t n) { portable_set_disk_served(n); });

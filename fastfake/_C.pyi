@@ -302,6 +302,10 @@ def portable_size() -> int:
 def portable_set_loader(fn: Callable[[], None] | None) -> None:
     """Called once, at the next symbolic miss (the store reads its records)."""
 
+def portable_set_fast_for(fn: Callable[[Any, tuple], tuple | None] | None) -> None:
+    """fn(record, keys): the C++ fast form of a record read from disk, after its first
+    admission in Python and commit (None: not built)."""
+
 def portable_disk_served() -> int:
     """First calls served from records the store read from disk."""
 

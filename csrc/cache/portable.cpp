@@ -66,6 +66,9 @@ PyObject* g_commit = nullptr;
 PyObject* g_log_hit = nullptr;
 PyObject* g_replay = nullptr;
 PyObject* g_loader = nullptr; // called once, at the first symbolic miss (the store's records)
+// A record read from disk, admitted in Python and committed: its C++ fast form
+// (fastfake/store/symbolic.py's fast_for), so that later ShapeEnvs admit it in C++.
+PyObject* g_fast_for = nullptr;
 
 Key portable_key(const Key& key) {
   Key p = key;
@@ -392,6 +395,18 @@ PyObject* portable_serve(
     return nullptr;
   }
   Py_DECREF(ok);
+  if (pe.from_disk && !pe.fast && !g_config.crosscheck && g_fast_for != nullptr && fast_enabled()) {
+    // (the keys the commit stored, stripped as stock strips them, are what
+    // learning templates in the learning process)
+    PyObject* fargv[2] = {pe.record, PyTuple_GET_ITEM(adm, 1)};
+    PyObject* f = PyObject_Vectorcall(g_fast_for, fargv, 2, nullptr);
+    if (f != nullptr && f != Py_None) {
+      untrack_inert(f);
+      pe.fast = fast_parse(ctx, f);
+    }
+    Py_XDECREF(f);
+    PyErr_Clear();
+  }
   Entry local = clone(pe.hit);
   Py_XSETREF(local.validity, PyTuple_GET_ITEM(adm, 0));
   Py_INCREF(local.validity);
@@ -428,6 +443,11 @@ uint64_t portable_disk_served() {
 
 void portable_set_disk_served(uint64_t n) {
   cache_detail::g_disk_served = n;
+}
+
+void portable_set_fast_for(PyObject* fn) {
+  using namespace cache_detail;
+  Py_XSETREF(g_fast_for, fn == nullptr || fn == Py_None ? nullptr : Py_NewRef(fn));
 }
 
 void portable_set_loader(PyObject* loader) {

@@ -25,6 +25,9 @@ void portable_setup(
 // import takes (key, hit, miss, masks, seeds, record) tuples whose key holds this
 // process's op id and value ids, and returns how many it added.
 void portable_set_loader(PyObject* loader);
+// fn(record, keys) -> the fast form of a record read from disk, once admitted in
+// Python and committed (keys: what the commit stored); None: not built.
+void portable_set_fast_for(PyObject* fn);
 // First calls served from records the store read (import), and its setter.
 uint64_t portable_disk_served();
 void portable_set_disk_served(uint64_t n);

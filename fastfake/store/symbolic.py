@@ -23,8 +23,10 @@ record is decoded, its values interned again and its op looked up, and it joins
 the extension's table as if learned in a ShapeEnv of this process. It then serves
 exactly as such a record does: admitted by the same checks against the serving
 ShapeEnv (fastfake/cache/portable.py's ``admit``: the signature, stock's cache,
-the replayed evaluations), in Python (the C++ fast form holds this process's
-templates and is not kept).
+the replayed evaluations), in Python the first time (the C++ fast form holds this
+process's templates and is not kept); that first admission builds the fast form
+from the keys it stored (:func:`fast_for`), and later ShapeEnvs admit the record in
+C++.
 
 A record's parts of 48 characters or more (stock's stripped keys, entries, the
 evaluations' expressions) are kept once per file under the digest of their text
@@ -308,6 +310,18 @@ def _decode(rec: Any, parts: dict | None = None) -> tuple:
     return tuple(k), hit, miss, masks, seeds, _Record(rec["record"], _symcodec._PARTS[0] if parts is None else parts)
 
 
+def fast_for(record: Any, keys: tuple) -> tuple | None:
+    """The C++ fast form (fastfake/cache/portable.py's ``_fast_form``) of a record
+    read from disk, once admitted in Python and committed in a ShapeEnv of this
+    process: built from the keys that commit stored (the call's own, with this
+    call's SymNodes, and its nested calls', stripped by stock as stored), as learning
+    builds it from the keys stock's miss stored. Later ShapeEnvs then admit the
+    record in C++ by the same checks."""
+    key, nested = keys
+    stored = [k for k, _ in nested[0]] if nested and nested[0] else []
+    return _portable._fast_form(record[1], record[3], record[4], key, record[2], record[5], stored)
+
+
 # --------------------------------------------------------------------------- #
 # Switching, clearing
 # --------------------------------------------------------------------------- #
@@ -335,6 +349,7 @@ def apply(on: bool, crosscheck: bool = False) -> None:
         flush()
     _ON[0] = on
     _C.portable_set_loader(load if on and not _kept.loaded else None)
+    _C.portable_set_fast_for(fast_for if on else None)
     if on and not _AT_EXIT[0]:
         _AT_EXIT[0] = True
         atexit.register(flush)
