@@ -233,11 +233,14 @@ def load() -> int:
 @contextlib.contextmanager
 def shared_parts(parts: dict) -> Iterator[None]:
     """Records decoded in the block find their shared parts in ``parts``."""
+    outer = _symcodec._PARTS[0]
     _symcodec._PARTS[0] = parts
     try:
         yield
     finally:
-        _symcodec._PARTS[0] = None
+        _symcodec._PARTS[0] = outer
+        if outer is None:
+            _symcodec._SHARED.clear()  # (decoded parts live only in what holds them)
 
 
 class _Record:

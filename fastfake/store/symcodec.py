@@ -89,6 +89,7 @@ def batch() -> Iterator[None]:
     finally:
         if outer is None:
             _BATCH[0] = None
+            _SHARED.clear()
 
 
 def encode(v: Any) -> Any:
@@ -199,7 +200,8 @@ _SYMBOLS: dict[tuple, Any] = {}
 POOL_MIN = 48
 # (tags whose value may be shared by every record that refers to it: immutable)
 _POOLED_TAGS = frozenset(("t", "fs", "sz", "X", "dn", "O", "E", "M", "os", "ps", "ds"))
-# digest -> the value decoded (content-addressed: valid for every file and process)
+# digest -> the value decoded, while parts are being read (emptied when the outermost
+# read ends: nothing decoded outlives what holds it)
 _SHARED: dict[str, Any] = {}
 _MAX_SHARED = 1 << 16
 # the parts of the file being read (digest -> JSON value), set by fastfake/store/symbolic.py
@@ -460,6 +462,8 @@ def keepable(v: Any, parts: dict | None = None) -> Any:
         return _MISSING
     finally:
         _PARTS[0] = outer
+        if outer is None and _BATCH[0] is None:
+            _SHARED.clear()
     if not same(back, v):
         return _MISSING
     if parts is not None:
