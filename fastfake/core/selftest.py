@@ -131,6 +131,12 @@ def _portable_program(mode, dev: str) -> list:
 
     with FakeTensorMode(shape_env=ShapeEnv()) as other:
         _symbolic_program(other, dev)
+    return _portable_calls(mode, dev)
+
+
+def _portable_calls(mode, dev: str) -> list:
+    """The compared calls of the portable programs: each first call may be served
+    from a record learned in another ShapeEnv."""
     with mode:
         x = _symbolic_input(mode, dev, 6, 8)
         w = _symbolic_input(mode, dev, 8, 4)
@@ -168,17 +174,7 @@ def _store_symbolic_program(mode, dev: str) -> list:
             kept, parts = json.loads(text)
             with _symbolic.shared_parts(parts):
                 _C.portable_import([_symbolic._decode(rec) for _, rec in kept])
-            with mode:
-                x = _symbolic_input(mode, dev, 6, 8)
-                w = _symbolic_input(mode, dev, 8, 4)
-                out = []
-                for _ in range(2):
-                    out.append(("mm", (x, w), torch.mm(x, w)))
-                    out.append(("softmax", (x,), torch.softmax(x, -1)))
-                    out.append(("add", (x,), x + x))
-                    out.append(("sum", (x,), x.sum(0)))
-                    out.append(("view", (x,), x.view(x.shape[0] * x.shape[1])))
-                return out
+            return _portable_calls(mode, dev)
         finally:
             _C.cache_clear()  # (the records read back serve no later program)
 
