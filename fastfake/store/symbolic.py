@@ -134,8 +134,11 @@ def export() -> int:
         return 0
     values = _learn.interned_values()
     n = 0
+    kept_all = []
     with _symcodec.batch():
-        kept_all = [(_describe(item, values, parts), parts) for item in items for parts in ({},)]
+        for item in items:
+            parts: dict = {}
+            kept_all.append((_describe(item, values, parts), parts))
     for kept, parts in kept_all:
         if kept is None:
             continue
