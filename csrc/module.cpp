@@ -25,6 +25,7 @@
 #include "tracing/functional_dispatch.h"
 #include "tracing/proxy_dispatch.h"
 #include "tracing/sym_register.h"
+#include "tracing/fx_node.h"
 
 #include <pybind11/pybind11.h>
 #include <torch/csrc/utils/pybind.h>
@@ -393,6 +394,18 @@ PYBIND11_MODULE(_C, m) {
   m.def("set_sym_register_check", [](py::handle check) { sym_register_set_check(check.ptr()); });
   m.def("sym_register_counts", []() { return sym_register_counts(); });
   m.def("sym_register_set_counts", [](const std::map<std::string, uint64_t>& c) { sym_register_set_counts(c); });
+  m.def(
+      "setup_fx_node", [](py::handle objects) { return fx_node_setup(objects.ptr()); },
+      "Binds stock's PythonKeyTracer.create_node and what its plain path reads and calls (csrc/tracing/fx_node.cpp).");
+  m.def(
+      "fx_node_method",
+      []() { return steal_or_throw(fx_node_method()); },
+      "What PythonKeyTracer.create_node becomes (csrc/tracing/fx_node.cpp).");
+  m.def("fx_node_enable", [](bool on) { fx_node_enable(on); });
+  m.def("set_fx_node_check", [](py::handle check) { fx_node_set_check(check.ptr()); });
+  m.def("fx_node_clear", []() { fx_node_clear(); });
+  m.def("fx_node_counts", []() { return fx_node_counts(); });
+  m.def("fx_node_set_counts", [](const std::map<std::string, uint64_t>& c) { fx_node_set_counts(c); });
   m.def(
       "setup_functional_dispatch",
       [](py::handle mode_type, py::handle tensor_type, py::handle stock, py::handle facts, py::handle wrap_outputs,
@@ -800,12 +813,14 @@ PYBIND11_MODULE(_C, m) {
           proxy_dispatch_inject_sym_fault(n);
         } else if (kind == "sym_register") {
           sym_register_inject_fault(n);
+        } else if (kind == "fx_node") {
+          fx_node_inject_fault(n);
         } else {
           throw py::value_error(
               "_inject_fault: kind is 'dtype', 'device', 'convert', 'portable', 'portable_admit', "
               "'portable_commit', 'rerun', "
               "'symnode', 'symnode_expr', 'symnode_int', 'item_memo', 'pytree', 'config_attr', "
-              "'functional_dispatch', 'proxy_dispatch', 'proxy_dispatch_syms' or 'sym_register'");
+              "'functional_dispatch', 'proxy_dispatch', 'proxy_dispatch_syms', 'sym_register' or 'fx_node'");
         }
       },
       py::arg("n"),

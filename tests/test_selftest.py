@@ -70,6 +70,10 @@ def test_passes_here_and_every_feature_served():
         expected.add("proxy_dispatch")
     if _sym_register.available():
         expected.add("sym_register")
+    from fastfake.tracing import fx_node as _fx_node
+
+    if _fx_node.available():
+        expected.add("fx_node")
     if _store.available():
         expected.add("store")
     from fastfake.store import symbolic as _store_symbolic

@@ -30,6 +30,10 @@ struct OwnedRef {
   PyObject* get() const {
     return p;
   }
+  // Take over the new reference `o`, releasing the one held.
+  void reset(PyObject* o) {
+    Py_XSETREF(p, o);
+  }
   explicit operator bool() const {
     return p != nullptr;
   }

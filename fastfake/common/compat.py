@@ -782,6 +782,35 @@ def sym_register_proven() -> bool:
         return False
 
 
+#: Digest of make_fx's node creation and what its plain call runs
+#: (``stock_sources.fx_node_functions``) -> the releases csrc/tracing/fx_node.cpp
+#: was proven on.
+FX_NODE_SOURCES: dict[str, str] = {
+    "ec9280c34e850a1d": "2.13.0",
+    # 2.14.1 and 2.15.0 (one code): PythonKeyTracer.create_node's eager-input-value
+    # map reads is_fake_tensor (a target with eager input values is stock's there)
+    "61d069916cdedef3": "2.14.1, 2.15.0",
+}
+
+
+@functools.cache
+def fx_node_source_digest() -> str | None:
+    from fastfake.common.stock_sources import fx_node_functions
+
+    return _source_digest(lambda source: "\n--\n".join(source(fn) for fn in fx_node_functions()),
+                          FX_NODE_SOURCES)
+
+
+def fx_node_proven() -> bool:
+    """make_fx's tracer creates a node as csrc/tracing/fx_node.cpp does: its
+    ``create_node`` and what the plain call runs are source-identical to a release
+    that was proven."""
+    try:
+        return fx_node_source_digest() in FX_NODE_SOURCES
+    except (ImportError, KeyError, AttributeError):
+        return False
+
+
 #: Digest of the functional mode's dispatch and what it calls
 #: (``stock_sources.functional_dispatch_functions``) -> the releases
 #: csrc/tracing/functional_dispatch.cpp was proven on.

@@ -151,6 +151,38 @@ def sym_register_functions() -> list[object]:
     ]
 
 
+def fx_node_functions() -> list[object]:
+    """The stock code csrc/tracing/fx_node.cpp stands for: make_fx's tracer's
+    ``create_node`` and what its plain call runs (``TracerBase.create_node``,
+    ``Graph.create_node``, the namespace's ``create_name``, ``_target_to_str``,
+    ``_snake_case``, ``owning_module``, ``_get_seq_nr`` and the node-meta context's
+    readers, ``_should_save_eager_input_vals``), what the two direct writes stand
+    for (``Node.__setattr__``, the ``stack_trace`` property, the lookup table's
+    ``__contains__`` / ``insert`` / ``remove`` / ``_key``; ``Logger.debug`` and
+    ``isEnabledFor``) and ``copy.copy``."""
+    import copy
+    import logging
+
+    from torch.fx import graph as fx_graph
+    from torch.fx import node as fx_node
+    from torch.fx import proxy as fx_proxy
+    from torch.fx import traceback as fx_traceback
+    from torch.fx.experimental import proxy_tensor as pt
+
+    table = vars(fx_graph._FindNodesLookupTable)
+    stack_trace = vars(fx_node.Node)["stack_trace"]
+    return [
+        vars(pt.PythonKeyTracer)["create_node"], vars(fx_proxy.TracerBase)["create_node"],
+        vars(fx_graph.Graph)["create_node"], vars(fx_graph._Namespace)["create_name"],
+        vars(fx_graph.Graph)["_target_to_str"], fx_graph._snake_case, vars(fx_graph.Graph)["owning_module"].fget,
+        table["_key"], table["__contains__"], table["insert"], table["remove"],
+        vars(fx_node.Node)["__setattr__"], stack_trace.fget, stack_trace.fset,
+        fx_proxy._get_seq_nr, fx_traceback.has_preserved_node_meta, fx_traceback.get_current_meta,
+        fx_traceback.get_current_replay_node, fx_traceback._is_preserving_node_seq_nr,
+        pt._should_save_eager_input_vals, logging.Logger.debug, logging.Logger.isEnabledFor, copy.copy,
+    ]
+
+
 def functional_dispatch_functions() -> list[object]:
     """The stock code csrc/tracing/functional_dispatch.cpp stands for: the functional
     mode's ``__torch_dispatch__`` (stock's own, also while fastfake's is in place) and

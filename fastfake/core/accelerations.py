@@ -284,6 +284,16 @@ ACCELERATIONS: tuple[Acceleration, ...] = (
         counts="ext:sym_register_counts,sym_register_set_counts",
         module="csrc/tracing/sym_register.cpp, fastfake/tracing/sym_register.py"),
     Acceleration(
+        "fx_node", "make_fx's node creation",
+        "`PythonKeyTracer.create_node` (with `TracerBase.create_node` and `Graph.create_node`: every node make_fx records) for plain calls: a call_function node of a builtin or Python function, arguments of nodes and plain leaves, stock's graph classes, no hooks",
+        "stock's method and everything its plain call runs source-identical to a proven release, the module names it relies on checked per call; Node, the insert point and the lookup table's insert are stock's own code; self-test",
+        ("fx_node.served",), "fx_node.", "either",
+        available="fastfake.tracing.fx_node:available",
+        apply="fastfake.tracing.fx_node:apply",
+        crosscheck="stock's method makes the same node on a copy of the tracer's state: name, arguments, type, meta (in order) and scope entry equal",
+        counts="ext:fx_node_counts,fx_node_set_counts",
+        module="csrc/tracing/fx_node.cpp, fastfake/tracing/fx_node.py"),
+    Acceleration(
         "real_inputs", "real inputs",
         "converting real tensor arguments under `allow_non_fake_inputs`",
         "the mode's own converter, as stock converts them",

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import re
 import sys
 import time
 from collections.abc import Callable
@@ -989,6 +990,76 @@ def _sym_register_program(mode, dev: str) -> list:
     return out
 
 
+def _fx_node_program(mode, dev: str) -> list:
+    """make_fx's nodes with every meta stock's tracer gives them: the traces of the
+    SymInt program (SymInt arithmetic, builtin-named targets like ``abs`` and
+    ``max`` whose names the namespace must suffix, ops, ``getitem``), plain and
+    under preserved node meta from a current node (stack trace with and without
+    the gradient-accumulation marker, module stack, source function, custom
+    fields, sequence numbers counted from the first, a replayed node, a backward
+    node's ``grad_fn_seq_nr``); the graphs before dead-code elimination (the
+    nodes it removes too) and after."""
+    from torch.fx import traceback as fx_traceback
+    from torch._subclasses.fake_tensor import unset_fake_temporarily
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    def arith(x, y):
+        n = x.shape[0] * x.shape[1]
+        a = abs(y.shape[0] - 20) + max(x.shape[0], 3)
+        h = x.reshape(n).repeat(2)[: n + 1]
+        z = torch.zeros(a, device=x.device)
+        parts = torch.split(h, [n - 1, 2])
+        _unused = (x.shape[0] - 1) * (y.shape[0] + 3)
+        return parts[0] * 2, z + 1, parts[1].sum(), n // 2
+
+    seen: list = []
+    stock_dce = torch.fx.Graph.eliminate_dead_code
+
+    def dce(graph, *args, **kwargs):  # (the graph before: every node made)
+        seen.append(_graph_description(type("G", (), {"graph": graph})))
+        return stock_dce(graph, *args, **kwargs)
+
+    def current(extra: dict):
+        g = torch.fx.Graph()
+        node = g.create_node("call_function", torch.add, (), {}, name="current")
+        node.meta.update({"nn_module_stack": {"m": ("mod", "torch.nn.Module")}, "custom": {"k": 1},
+                          "source_fn_stack": [("add", torch.add)], "seq_nr": 7, **extra})
+        return node
+
+    out = []
+    with unset_fake_temporarily():
+        inputs = (torch.randn(4, 6, device=dev), torch.randn(9, device=dev))
+        special = fx_traceback.GRADIENT_ACC_SPECIAL_STACK
+        settings = [
+            ("plain", None, None),
+            ("preserved meta", {"stack_trace": "File x.py, line 1"}, None),
+            ("gradient accumulation", {"stack_trace": f"a {special} b", "autograd_backward": False}, None),
+            ("backward node", {"in_grad_fn": 1, "grad_fn_seq_nr": [3, 5], "autograd_backward": True}, None),
+            ("replayed node", {}, {"seq_nr": 11, "custom": {"r": 2}, "stack_trace": "replayed"}),
+        ]
+        torch.fx.Graph.eliminate_dead_code = dce
+        try:
+            for name, meta, replay in settings:
+                seen.clear()
+                if meta is None:
+                    gm = make_fx(arith, tracing_mode="symbolic")(*inputs)
+                else:
+                    replay_node = current({}) if replay is not None else None
+                    if replay_node is not None:
+                        replay_node.meta.clear()
+                        replay_node.meta.update(replay)
+                    with fx_traceback.preserve_node_meta(), fx_traceback.set_current_meta(current(meta)), \
+                            fx_traceback.set_current_replay_node(replay_node):
+                        gm = make_fx(arith, tracing_mode="symbolic")(*inputs)
+                graphs = _relative_seq_nr([*seen, _graph_description(gm)])
+                # (the current node's graph is the program's own: its id left out)
+                text = re.sub(r"graph_id=\d+", "graph_id=...", repr((gm.code, graphs)))
+                out.append((f"make_fx nodes: {name}", (), text))
+        finally:
+            torch.fx.Graph.eliminate_dead_code = stock_dce
+    return out
+
+
 # (feature, program, needs a ShapeEnv, devices it runs on)
 def _groups() -> list[tuple[str, Program, bool, tuple[str, ...]]]:
     accel = ["cuda"]
@@ -1021,6 +1092,7 @@ def _groups() -> list[tuple[str, Program, bool, tuple[str, ...]]]:
         ("functional_dispatch", _functional_dispatch_program, True, ("cpu",)),
         ("proxy_dispatch", _functional_dispatch_program, True, ("cpu",)),
         ("sym_register", _sym_register_program, True, ("cpu",)),
+        ("fx_node", _fx_node_program, True, ("cpu",)),
         # (records learned in the other ShapeEnv are stored, and untracked, by the
         # tables; the results are stock's whether or not: it must serve)
         ("untrack", _portable_program, True, ("cpu",)),
