@@ -387,6 +387,12 @@ PYBIND11_MODULE(_C, m) {
       },
       "Binds stock's _sym_register and what its plain path reads and calls (csrc/tracing/sym_register.cpp).");
   m.def(
+      "setup_sym_register_slot",
+      [](py::handle symbol_type, py::handle tracker_value_type, py::handle logger_type) {
+        sym_register_setup_slot(symbol_type.ptr(), tracker_value_type.ptr(), logger_type.ptr());
+      },
+      "Binds what set_proxy_slot's SymInt branch in C reads (csrc/tracing/sym_register.cpp).");
+  m.def(
       "sym_register_function",
       []() { return steal_or_throw(sym_register_function()); },
       "What proxy_tensor._sym_register becomes (csrc/tracing/sym_register.cpp).");

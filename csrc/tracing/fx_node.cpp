@@ -33,6 +33,7 @@
 
 #include "common/bindings.h"
 #include "common/counts.h"
+#include "common/logger.h"
 #include "common/refs.h"
 
 #include <torch/csrc/Device.h>
@@ -90,10 +91,9 @@ struct Names {
       *insert, *len_, *node_name_to_scope, *scope, *module_path, *module_type, *module_stack, *meta,
       *should_preserve, *should_preserve_seq, *current_meta, *current_replay_node, *special_stack, *stack_trace,
       *is_gradient_acc, *autograd_backward, *copy_fields, *seq_nr, *in_grad_fn, *grad_fn_seq_nr,
-      *is_functional_regenerated, *custom, *log, *annotation_log, *debug, *disabled, *cache_, *traceback,
+      *is_functional_regenerated, *custom, *log, *annotation_log, *debug, *traceback,
       *name_regex, *snake_case, *illegal_names, *match, *group, *create_name, *fmt_create_node, *fmt_assign,
       *fmt_grad_fn, *fmt_meta_seq, *fmt_replay, *get, *nn_module_stack, *get_sequence_nr, *dunder_name, *should_save;
-  PyObject* debug_level; // 10
   PyObject* zero;
   PyObject* one;
 };
@@ -199,20 +199,7 @@ PyObject* global(PyObject* dict, PyObject* name) {
 // logging.Logger that is disabled or whose level cache says DEBUG is off
 // (`isEnabledFor(DEBUG)`'s answer). 0 or -1.
 int log_debug(PyObject* logger, PyObject* fmt, PyObject* a, PyObject* b = nullptr) {
-  if (is_type(logger, g.logger_type)) {
-    PyObject** dictp = _PyObject_GetDictPtr(logger);
-    PyObject* d = dictp ? *dictp : nullptr;
-    if (d != nullptr) {
-      PyObject* disabled = PyDict_GetItemWithError(d, s.disabled);
-      if (disabled == Py_True) return 0;
-      PyObject* cache = PyDict_GetItemWithError(d, s.cache_);
-      if (disabled == Py_False && cache != nullptr && PyDict_CheckExact(cache)) {
-        PyObject* c = PyDict_GetItemWithError(cache, s.debug_level);
-        if (c == Py_False) return 0;
-      }
-      PyErr_Clear();
-    }
-  }
+  if (logger_debug_off(logger, g.logger_type)) return 0;
   PyObject* argv[4] = {logger, fmt, a, b};
   OwnedRef r(PyObject_VectorcallMethod(s.debug, argv, (b ? 4 : 3) | PY_VECTORCALL_ARGUMENTS_OFFSET, nullptr));
   return r ? 0 : -1;
@@ -760,8 +747,6 @@ bool fx_node_setup(PyObject* objects) {
     s.log = intern("log");
     s.annotation_log = intern("annotation_log");
     s.debug = intern("debug");
-    s.disabled = intern("disabled");
-    s.cache_ = intern("_cache");
     s.traceback = intern("traceback");
     s.name_regex = intern("_name_regex");
     s.snake_case = intern("_snake_case");
@@ -779,7 +764,6 @@ bool fx_node_setup(PyObject* objects) {
     s.should_save = intern("_should_save_eager_input_vals");
     s.nn_module_stack = intern("nn_module_stack");
     s.get_sequence_nr = intern("_get_sequence_nr");
-    s.debug_level = PyLong_FromLong(10);
     s.zero = PyLong_FromLong(0);
     s.one = PyLong_FromLong(1);
   }

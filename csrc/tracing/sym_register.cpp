@@ -24,12 +24,15 @@
 // forced in order (Thunk.force: `r = f(); f = None`), the tracer's own
 // `create_node` (every node meta stock's), `fx.Proxy`, the node's `val`, the
 // tracer's `enable_thunkify` set and put back as `set_meta`'s context does,
-// stock's `set_proxy_slot` with stock's already-computed thunk. Anything else is
+// stock's already-computed thunk, and `set_proxy_slot`'s SymInt branch (the
+// tracker's entry by the SymNode unless it has one, the `sympy_expr_tracker` entry
+// of a Symbol; stock's function where its debug log is on). Anything else is
 // stock's function, counted by reason; a result that is no sym type is nothing,
 // as in stock. Which releases: fastfake/tracing/sym_register.py.
 #include "tracing/sym_register.h"
 
 #include "common/counts.h"
+#include "common/logger.h"
 #include "common/bindings.h"
 #include "common/refs.h"
 
@@ -54,6 +57,10 @@ struct State {
   PyObject* opaque_types = nullptr; // the opaque-type registry's dict (None: no registry)
   PyObject* opaque_keys = nullptr; // a tuple: its keys for SymInt, SymFloat, SymBool, object
   PyObject* check = nullptr;
+  // set_proxy_slot's SymInt branch in C (nullptr: stock's function is called)
+  PyObject* symbol_type = nullptr; // sympy.Symbol
+  PyObject* tracker_value_type = nullptr; // proxy_tensor._SympyExprTrackerValue
+  PyObject* logger_type = nullptr; // logging.Logger
   bool on = false;
   int fault = 0;
 };
@@ -71,6 +78,9 @@ struct Names {
   PyObject* meta;
   PyObject* val;
   PyObject* proxy;
+  PyObject* log;
+  PyObject* expr;
+  PyObject* sympy_expr_tracker;
 };
 Names s{};
 
@@ -134,6 +144,49 @@ PyObject* force(PyObject* thunk) {
   if (!r) return nullptr;
   if (PyObject_SetAttr(thunk, s.r, r.get()) < 0 || PyObject_SetAttr(thunk, s.f, Py_None) < 0) return nullptr;
   return PyObject_GetAttr(thunk, s.r);
+}
+
+// set_proxy_slot(out, tracer, thunk) for an exact sym type that is no opaque value
+// (the caller checked both): the debug log (1 where it would log: stock's function
+// then, nothing done), then `if obj not in tracer.symnode_tracker`: the tracker's
+// entry by the SymNode, and for a result whose expression is a sympy Symbol the
+// tracer's `sympy_expr_tracker` entry. 1 done, 0 not done (nothing changed), -1 an
+// error.
+int set_sym_slot(PyObject* tracer, PyObject* out, PyObject* thunk) {
+  if (g.symbol_type == nullptr) return 0;
+  PyObject* log = PyDict_GetItemWithError(g.module_dict, s.log);
+  if (log == nullptr) {
+    PyErr_Clear();
+    return 0;
+  }
+  if (!logger_debug_off(log, g.logger_type)) return 0;
+  OwnedRef tracker(PyObject_GetAttr(tracer, s.symnode_tracker));
+  if (!tracker) return -1;
+  if (reinterpret_cast<PyObject*>(Py_TYPE(tracker.get())) != g.symnode_dict_type) return 0;
+  OwnedRef d(PyObject_GetAttr(tracker.get(), s.sym_node_dict));
+  if (!d) return -1;
+  if (!PyDict_CheckExact(d.get())) return 0;
+  OwnedRef node(PyObject_GetAttr(out, s.node));
+  if (!node) return -1;
+  const int has = PyDict_Contains(d.get(), node.get());
+  if (has < 0) return -1;
+  if (has) return 1;
+  if (PyDict_SetItem(d.get(), node.get(), thunk) < 0) return -1;
+  OwnedRef expr(PyObject_GetAttr(node.get(), s.expr));
+  if (!expr) return -1;
+  const int is_symbol = PyObject_IsInstance(expr.get(), g.symbol_type);
+  if (is_symbol < 0) return -1;
+  if (is_symbol) {
+    OwnedRef node2(PyObject_GetAttr(out, s.node));
+    if (!node2) return -1;
+    OwnedRef key(PyObject_GetAttr(node2.get(), s.expr));
+    if (!key) return -1;
+    OwnedRef value(PyObject_CallFunctionObjArgs(g.tracker_value_type, thunk, out, nullptr));
+    if (!value) return -1;
+    OwnedRef exprs(PyObject_GetAttr(tracer, s.sympy_expr_tracker));
+    if (!exprs || PyObject_SetItem(exprs.get(), key.get(), value.get()) < 0) return -1;
+  }
+  return 1;
 }
 
 // The plain path from the slots' lookups on (nothing done before): 1 done, 0 not
@@ -224,8 +277,12 @@ int serve(PyObject* tracer, PyObject* func, PyObject* fargs, PyObject* out, Coun
   if (g.fault > 0) {
     g.fault--; // (testing: the result left without its proxy slot)
   } else {
-    OwnedRef done(PyObject_CallFunctionObjArgs(g.set_proxy_slot, out, tracer, thunk.get(), nullptr));
-    if (!done) return -1;
+    const int set = set_sym_slot(tracer, out, thunk.get());
+    if (set < 0) return -1;
+    if (set == 0) {
+      OwnedRef done(PyObject_CallFunctionObjArgs(g.set_proxy_slot, out, tracer, thunk.get(), nullptr));
+      if (!done) return -1;
+    }
   }
   if (g.check != nullptr) {
     OwnedRef ok(PyObject_CallFunctionObjArgs(g.check, tracer, func, fargs, out, n_out.get(), nullptr));
@@ -305,6 +362,9 @@ void sym_register_setup(PyObject* stock, PyObject* module_dict, PyObject* module
     s.meta = intern("meta");
     s.val = intern("val");
     s.proxy = intern("Proxy");
+    s.log = intern("log");
+    s.expr = intern("expr");
+    s.sympy_expr_tracker = intern("sympy_expr_tracker");
   }
   hold_ref(g.stock, stock);
   hold_ref(g.module_dict, module_dict);
@@ -331,6 +391,13 @@ PyObject* sym_register_function() {
     return nullptr;
   }
   return PyCFunction_New(&g_def, nullptr);
+}
+
+void sym_register_setup_slot(PyObject* symbol_type, PyObject* tracker_value_type, PyObject* logger_type) {
+  hold_ref(g.symbol_type, symbol_type);
+  hold_ref(g.tracker_value_type, tracker_value_type);
+  hold_ref(g.logger_type, logger_type);
+  if (g.tracker_value_type == nullptr || g.logger_type == nullptr) Py_CLEAR(g.symbol_type);
 }
 
 void sym_register_enable(bool on) {

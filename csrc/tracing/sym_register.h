@@ -23,6 +23,10 @@ void sym_register_setup(PyObject* stock, PyObject* module_dict, PyObject* module
                         PyObject* sym_types, PyObject* symnode_dict_type, PyObject* thunk_type,
                         PyObject* proxy_type, PyObject* set_proxy_slot, PyObject* computed_thunk,
                         PyObject* opaque_types, PyObject* opaque_keys);
+// Binds what set_proxy_slot's SymInt branch done in C reads: sympy.Symbol,
+// proxy_tensor._SympyExprTrackerValue and logging.Logger (None: stock's
+// set_proxy_slot is called).
+void sym_register_setup_slot(PyObject* symbol_type, PyObject* tracker_value_type, PyObject* logger_type);
 // What proxy_tensor._sym_register becomes. New reference.
 PyObject* sym_register_function();
 void sym_register_enable(bool on);

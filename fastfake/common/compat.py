@@ -756,11 +756,11 @@ def config_attr_proven() -> bool:
 #: runs (``stock_sources.sym_register_functions``) -> the releases
 #: csrc/tracing/sym_register.cpp was proven on.
 SYM_REGISTER_SOURCES: dict[str, str] = {
-    "f4df75be30972edd": "2.13.0",
+    "33692182fefc18b4": "2.13.0",
     # 2.14.1 and 2.15.0 (one code): the opaque-value test renamed (is_custom_class_obj /
     # is_custom_class, the same registry read the same way), is_fake through
     # fake_tensor.is_fake_tensor (False for a SymInt, as before)
-    "7cd069568fe0259f": "2.14.1, 2.15.0",
+    "020d2902adf858e1": "2.14.1, 2.15.0",
 }
 
 

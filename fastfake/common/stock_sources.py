@@ -134,7 +134,11 @@ def sym_register_functions() -> list[object]:
     ``set_meta``, ``extract_val``, ``is_fake`` (and 2.14's ``is_fake_tensor``),
     ``_enable_thunkify``, the opaque-value test a SymInt passes through (by its
     release's name: :func:`opaque_value_test`),
-    ``_SymNodeDict.get`` and ``Thunk``)."""
+    ``_SymNodeDict.get`` and ``Thunk``; ``set_proxy_slot``, ``_SymNodeDict``'s
+    ``__contains__`` / ``__setitem__`` and the logger's ``debug`` / ``isEnabledFor``
+    its SymInt branch in C stands for)."""
+    import logging
+
     from torch._library import opaque_object
     from torch._subclasses import fake_tensor
     from torch.fx.experimental import proxy_tensor as pt
@@ -148,6 +152,8 @@ def sym_register_functions() -> list[object]:
         pt.is_fake, *fake_test, pd.is_traceable_wrapper_subclass, pt._enable_thunkify.__wrapped__,
         vars(pt)[value_test], vars(opaque_object)[type_test], opaque_object._resolve_opaque_type_info,
         vars(pt._SymNodeDict)["get"], vars(_thunk.Thunk)["__init__"], vars(_thunk.Thunk)["force"],
+        pt.set_proxy_slot, vars(pt._SymNodeDict)["__contains__"], vars(pt._SymNodeDict)["__setitem__"],
+        logging.Logger.debug, logging.Logger.isEnabledFor,
     ]
 
 

@@ -21,7 +21,9 @@ result, thunkification off, a tuple of arguments that is not ``torch.sym_sum``'s
 list, each symbolic argument of an exact sym type whose node the tracer's
 ``_SymNodeDict`` holds as a ``Thunk``, no sym type registered as an opaque type --
 with the tracer's own ``create_node`` (every node meta stock's), stock's
-``set_proxy_slot`` and stock's already-computed thunk. Anything else is stock's
+already-computed thunk, and ``set_proxy_slot``'s SymInt branch done in C (the
+tracker's entry by the SymNode unless it has one, the ``sympy_expr_tracker`` entry
+of a result that is a Symbol; stock's function where its debug log is on). Anything else is stock's
 function, counted by reason (a lazy thunk under ``_enable_thunkify``, an
 argument the tracer does not know, ...); a result of no sym type is nothing, as in
 stock.
@@ -53,7 +55,7 @@ _FUNCTION: list = []
 #: release, is added by :func:`module_names`.)
 MODULE_NAMES = (
     "thunkify", "_compute_proxy", "get_proxy_slot", "set_proxy_slot", "set_meta", "extract_val", "is_fake",
-    "_enable_thunkify", "py_sym_types", "Thunk", "fx", "_SymNodeDict",
+    "_enable_thunkify", "py_sym_types", "Thunk", "fx", "_SymNodeDict", "_SympyExprTrackerValue", "_AnyScriptObject",
 )
 
 
@@ -96,8 +98,15 @@ def check(tracer: Any, func: Any, args: tuple, out: Any, node: Any) -> bool:
         why.append("its val is not the result")
     if tracer.enable_thunkify:
         why.append("thunkification was on")
-    if tracer.symnode_tracker.get(out) is None:  # (get_proxy_slot would build one from the expression)
+    slot = tracer.symnode_tracker.get(out)
+    if slot is None:  # (get_proxy_slot would build one from the expression)
         why.append("the result has no proxy slot")
+    import sympy
+
+    if slot is not None and isinstance(out.node.expr, sympy.Symbol):
+        entry = tracer.sympy_expr_tracker.get(out.node.expr)
+        if entry is None:  # (an earlier SymInt of the Symbol may hold it: first slot wins)
+            why.append("the result's Symbol has no sympy_expr_tracker entry of its slot")
     if why:
         raise CrosscheckError(f"fastfake: the C _sym_register recorded {func} on the plain path, but: {', '.join(why)}")
     return True
@@ -149,6 +158,11 @@ def _setup() -> Any:
             _stock(), vars(pt), {name: vars(pt)[name] for name in module_names()}, vars(torch.fx),
             (torch.SymInt, torch.SymFloat, torch.SymBool), pt._SymNodeDict, Thunk, torch.fx.Proxy,
             pt.set_proxy_slot, computed_thunk_function(Thunk), registry, keys)
+        import logging
+
+        import sympy
+
+        _C.setup_sym_register_slot(sympy.Symbol, pt._SympyExprTrackerValue, logging.Logger)
         _FUNCTION.append(_C.sym_register_function())
     return _FUNCTION[0]
 
