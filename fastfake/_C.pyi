@@ -676,6 +676,17 @@ def setup_sym_register(stock: Any, module_dict: dict, module_names: dict, fx_dic
     making ``Thunk(lambda: r)``, the opaque-type registry's dict (None: none) and its
     keys for SymInt, SymFloat, SymBool and ``object``."""
 
+def setup_sym_register_slot(symbol_type: Any, tracker_value_type: Any, logger_type: Any) -> None:
+    """Binds what set_proxy_slot's SymInt branch in C reads (csrc/tracing/sym_register.cpp)."""
+def setup_fx_node(objects: dict) -> bool:
+    """Binds stock's PythonKeyTracer.create_node and what its plain path reads and calls (csrc/tracing/fx_node.cpp)."""
+def fx_node_method() -> Any:
+    """What PythonKeyTracer.create_node becomes (csrc/tracing/fx_node.cpp)."""
+def fx_node_enable(on: bool) -> None: ...
+def set_fx_node_check(check: Any) -> None: ...
+def fx_node_clear() -> None: ...
+def fx_node_counts() -> dict[str, int]: ...
+def fx_node_set_counts(counts: dict[str, int]) -> None: ...
 def sym_register_function() -> Any:
     """What ``proxy_tensor._sym_register`` becomes (csrc/tracing/sym_register.cpp)."""
 
