@@ -35,11 +35,8 @@
 #include "common/counts.h"
 #include "common/logger.h"
 #include "common/refs.h"
+#include "tracing/leaves.h"
 
-#include <torch/csrc/Device.h>
-#include <torch/csrc/Dtype.h>
-#include <torch/csrc/Layout.h>
-#include <torch/csrc/MemoryFormat.h>
 
 namespace fastfake {
 
@@ -139,21 +136,6 @@ bool is_type(PyObject* o, PyObject* type) {
   return reinterpret_cast<PyObject*>(Py_TYPE(o)) == type;
 }
 
-bool is_one_of(PyObject* items, PyObject* o) {
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(items); ++i) {
-    if (PyTuple_GET_ITEM(items, i) == o) return true;
-  }
-  return false;
-}
-
-bool exact_sym(PyObject* o) {
-  PyObject* tp = reinterpret_cast<PyObject*>(Py_TYPE(o));
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(g.sym_types); ++i) {
-    if (PyTuple_GET_ITEM(g.sym_types, i) == tp) return true;
-  }
-  return false;
-}
-
 // The arguments' leaves, as Graph.create_node's walk (`pytree.tree_iter((args,
 // kwargs))`) meets them: 1 nodes and plain leaves only, in tuples, lists, dicts
 // and FX's immutable ones; 0 something else (stock's walk decides); 2 a raw sym
@@ -161,12 +143,8 @@ bool exact_sym(PyObject* o) {
 int plain_arguments(PyObject* x, int depth) {
   if (depth > 8) return 0;
   if (is_type(x, g.node_type)) return 1;
-  if (x == Py_None || PyBool_Check(x) || PyLong_CheckExact(x) || PyFloat_CheckExact(x) || PyComplex_CheckExact(x) ||
-      PyUnicode_CheckExact(x) || THPDtype_Check(x) || THPDevice_Check(x) || THPLayout_Check(x) ||
-      THPMemoryFormat_Check(x)) {
-    return 1;
-  }
-  if (exact_sym(x)) return 2;
+  if (exact_sym(x, g.sym_types)) return 2;
+  if (plain_leaf(x, g.sym_types)) return 1;
   if (PyTuple_CheckExact(x) || PyList_CheckExact(x) || is_type(x, g.immutable_list)) {
     const Py_ssize_t n = PySequence_Fast_GET_SIZE(x);
     PyObject** items = PySequence_Fast_ITEMS(x);
@@ -408,10 +386,6 @@ bool names_unchanged() {
   return true;
 }
 
-int set_meta(PyObject* meta, PyObject* key, PyObject* value) {
-  return PyDict_SetItem(meta, key, value);
-}
-
 // TracerBase.create_node's part after the graph's (names, scope, meta, log).
 // 0 or -1.
 int tracer_part(PyObject* tracer, PyObject* node, PyObject* current_meta, PyObject* copy_fields,
@@ -443,7 +417,7 @@ int tracer_part(PyObject* tracer, PyObject* node, PyObject* current_meta, PyObje
     if (truthy < 0) return -1;
     if (truthy) {
       OwnedRef keep(stack, true);
-      if (set_meta(meta.get(), s.stack_trace, stack) < 0) return -1; // node.stack_trace = stack
+      if (PyDict_SetItem(meta.get(), s.stack_trace, stack) < 0) return -1; // node.stack_trace = stack
       PyObject* special = global(g.tb_dict, s.special_stack);
       if (special == nullptr) {
         PyErr_SetString(PyExc_AttributeError, "torch.fx.traceback has no GRADIENT_ACC_SPECIAL_STACK");
@@ -452,8 +426,8 @@ int tracer_part(PyObject* tracer, PyObject* node, PyObject* current_meta, PyObje
       const int in = PySequence_Contains(stack, special);
       if (in < 0) return -1;
       if (in) {
-        if (set_meta(meta.get(), s.is_gradient_acc, Py_True) < 0) return -1;
-        if (set_meta(meta.get(), s.autograd_backward, Py_True) < 0) return -1;
+        if (PyDict_SetItem(meta.get(), s.is_gradient_acc, Py_True) < 0) return -1;
+        if (PyDict_SetItem(meta.get(), s.autograd_backward, Py_True) < 0) return -1;
       }
     }
     const Py_ssize_t nf = PyList_GET_SIZE(copy_fields);
@@ -473,14 +447,14 @@ int tracer_part(PyObject* tracer, PyObject* node, PyObject* current_meta, PyObje
       if (log_debug(annotation_log, s.fmt_assign, seq.get(), node_name.get()) < 0) return -1;
       if (g.fault > 0) {
         g.fault--; // (testing: the node without its sequence number)
-      } else if (set_meta(meta.get(), s.seq_nr, seq.get()) < 0) {
+      } else if (PyDict_SetItem(meta.get(), s.seq_nr, seq.get()) < 0) {
         return -1;
       }
     }
     PyObject* replay = global(g.tb_dict, s.current_replay_node);
     if (replay != nullptr && replay != Py_None) {
       OwnedRef keep(replay, true);
-      if (set_meta(meta.get(), s.is_functional_regenerated, Py_True) < 0) return -1;
+      if (PyDict_SetItem(meta.get(), s.is_functional_regenerated, Py_True) < 0) return -1;
       OwnedRef rm(PyObject_GetAttr(replay, s.meta));
       if (!rm) return -1;
       for (PyObject* key : {s.custom, s.stack_trace}) {
@@ -488,7 +462,7 @@ int tracer_part(PyObject* tracer, PyObject* node, PyObject* current_meta, PyObje
         if (has < 0) return -1;
         if (has) {
           OwnedRef v(PyObject_CallMethodOneArg(rm.get(), s.get, key));
-          if (!v || set_meta(meta.get(), key, v.get()) < 0) return -1;
+          if (!v || PyDict_SetItem(meta.get(), key, v.get()) < 0) return -1;
         }
       }
     }
@@ -498,7 +472,7 @@ int tracer_part(PyObject* tracer, PyObject* node, PyObject* current_meta, PyObje
       OwnedRef keep(backward, true);
       const int t = PyObject_IsTrue(backward);
       if (t < 0) return -1;
-      if (t && set_meta(meta.get(), s.autograd_backward, Py_True) < 0) return -1;
+      if (t && PyDict_SetItem(meta.get(), s.autograd_backward, Py_True) < 0) return -1;
     }
   } else {
     OwnedRef stack(PyObject_GetAttr(tracer, s.module_stack));
@@ -507,7 +481,7 @@ int tracer_part(PyObject* tracer, PyObject* node, PyObject* current_meta, PyObje
     if (t < 0) return -1;
     if (t) {
       OwnedRef c(shallow_copy(stack.get()));
-      if (!c || set_meta(meta.get(), s.nn_module_stack, c.get()) < 0) return -1;
+      if (!c || PyDict_SetItem(meta.get(), s.nn_module_stack, c.get()) < 0) return -1;
     }
   }
   return log_debug(log, s.fmt_create_node, node);
@@ -536,7 +510,7 @@ PyObject* create_node(PyObject* self, PyObject* const* args, Py_ssize_t nargsf, 
   const bool op_overload = is_type(target, g.op_overload);
   if (!op_overload) {
     if (!(Py_IS_TYPE(target, &PyCFunction_Type) || Py_IS_TYPE(target, &PyFunction_Type)) ||
-        is_one_of(g.special_targets, target)) {
+        one_of(g.special_targets, target)) {
       return call_stock(self, args, nargs, kwnames, Target);
     }
     const int unsafe = PyObject_IsInstance(target, g.unsafe_targets);

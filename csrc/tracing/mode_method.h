@@ -9,33 +9,14 @@
 
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <c10/util/SmallVector.h>
-#include <torch/csrc/Device.h>
-#include <torch/csrc/Dtype.h>
-#include <torch/csrc/Layout.h>
-#include <torch/csrc/MemoryFormat.h>
+
+#include "tracing/leaves.h"
 
 #include <optional>
 #include <unordered_map>
 #include <utility>
 
 namespace fastfake {
-
-// `o` is one of the tuple's items (by identity).
-inline bool one_of(PyObject* items, PyObject* o) {
-  for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(items); ++i) {
-    if (PyTuple_GET_ITEM(items, i) == o) return true;
-  }
-  return false;
-}
-
-// A pytree leaf that is no container and no tensor, of a type no opaque object
-// can have: None, a bool, int, float, complex or str, an instance of one of
-// `sym_types` (SymInt, SymFloat, SymBool), a dtype, device, layout or memory format.
-inline bool plain_leaf(PyObject* x, PyObject* sym_types) {
-  return x == Py_None || PyBool_Check(x) || PyLong_CheckExact(x) || PyFloat_CheckExact(x) ||
-      PyComplex_CheckExact(x) || PyUnicode_CheckExact(x) || one_of(sym_types, reinterpret_cast<PyObject*>(Py_TYPE(x))) ||
-      THPDtype_Check(x) || THPDevice_Check(x) || THPLayout_Check(x) || THPMemoryFormat_Check(x);
-}
 
 // The dispatcher's handle of the op the facts helper named (the tuple's items
 // `name_at` and `name_at + 1`: schema name, overload name); nullopt where they are

@@ -246,7 +246,7 @@ const Facts* facts_of(PyObject* func) {
 }
 
 bool is_sym(PyObject* x) {
-  return one_of(g.sym_types, reinterpret_cast<PyObject*>(Py_TYPE(x)));
+  return exact_sym(x, g.sym_types);
 }
 
 bool plain_leaf(PyObject* x) {

@@ -35,6 +35,7 @@
 #include "common/logger.h"
 #include "common/bindings.h"
 #include "common/refs.h"
+#include "tracing/leaves.h"
 
 #include <utility>
 #include <vector>
@@ -91,12 +92,7 @@ const char* const kCountNames[NumCounts] = {
 uint64_t g_counts[NumCounts] = {};
 
 bool exact_sym(PyObject* o) {
-  PyObject* tp = reinterpret_cast<PyObject*>(Py_TYPE(o));
-  const Py_ssize_t n = PyTuple_GET_SIZE(g.sym_types);
-  for (Py_ssize_t i = 0; i < n; ++i) {
-    if (PyTuple_GET_ITEM(g.sym_types, i) == tp) return true;
-  }
-  return false;
+  return fastfake::exact_sym(o, g.sym_types);
 }
 
 // The names the plain path stands for are still stock's, and fx.Proxy the class
