@@ -26,6 +26,7 @@
 #include "tracing/proxy_dispatch.h"
 #include "tracing/sym_register.h"
 #include "tracing/fx_node.h"
+#include "tracing/sym_dispatch.h"
 
 #include <pybind11/pybind11.h>
 #include <torch/csrc/utils/pybind.h>
@@ -412,6 +413,17 @@ PYBIND11_MODULE(_C, m) {
   m.def("fx_node_clear", []() { fx_node_clear(); });
   m.def("fx_node_counts", []() { return fx_node_counts(); });
   m.def("fx_node_set_counts", [](const std::map<std::string, uint64_t>& c) { fx_node_set_counts(c); });
+  m.def(
+      "setup_sym_dispatch", [](py::handle objects) { return sym_dispatch_setup(objects.ptr()); },
+      "Binds stock's handle_sym_dispatch and what its plain path reads and calls (csrc/tracing/sym_dispatch.cpp).");
+  m.def(
+      "sym_dispatch_function",
+      []() { return steal_or_throw(sym_dispatch_function()); },
+      "What proxy_tensor.handle_sym_dispatch becomes (csrc/tracing/sym_dispatch.cpp).");
+  m.def("sym_dispatch_enable", [](bool on) { sym_dispatch_enable(on); });
+  m.def("set_sym_dispatch_check", [](py::handle check) { sym_dispatch_set_check(check.ptr()); });
+  m.def("sym_dispatch_counts", []() { return sym_dispatch_counts(); });
+  m.def("sym_dispatch_set_counts", [](const std::map<std::string, uint64_t>& c) { sym_dispatch_set_counts(c); });
   m.def(
       "setup_functional_dispatch",
       [](py::handle mode_type, py::handle tensor_type, py::handle stock, py::handle facts, py::handle wrap_outputs,
@@ -821,12 +833,14 @@ PYBIND11_MODULE(_C, m) {
           sym_register_inject_fault(n);
         } else if (kind == "fx_node") {
           fx_node_inject_fault(n);
+        } else if (kind == "sym_dispatch") {
+          sym_dispatch_inject_fault(n);
         } else {
           throw py::value_error(
               "_inject_fault: kind is 'dtype', 'device', 'convert', 'portable', 'portable_admit', "
               "'portable_commit', 'rerun', "
               "'symnode', 'symnode_expr', 'symnode_int', 'item_memo', 'pytree', 'config_attr', "
-              "'functional_dispatch', 'proxy_dispatch', 'proxy_dispatch_syms', 'sym_register' or 'fx_node'");
+              "'functional_dispatch', 'proxy_dispatch', 'proxy_dispatch_syms', 'sym_register', 'fx_node' or 'sym_dispatch'");
         }
       },
       py::arg("n"),

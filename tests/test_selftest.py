@@ -70,6 +70,10 @@ def test_passes_here_and_every_feature_served():
         expected.add("proxy_dispatch")
     if _sym_register.available():
         expected.add("sym_register")
+    from fastfake.tracing import sym_dispatch as _sym_dispatch
+
+    if _sym_dispatch.available():
+        expected.add("sym_dispatch")
     from fastfake.tracing import fx_node as _fx_node
 
     if _fx_node.available():

@@ -1,10 +1,13 @@
-// Names of a module bound to the objects they had at setup. A C path that stands
+// Names of a module bound to the objects they had at setup, and the objects a
+// setup call's dict hands over. A C path that stands
 // for stock code calling module-level names serves a call only while each of them
 // is still bound to the object it was proven with (a patched function sends the
 // calls to stock, which calls the patch).
 #pragma once
 
 #include <Python.h>
+
+#include "common/refs.h"
 
 #include <utility>
 #include <vector>
@@ -44,5 +47,14 @@ struct NameBindings {
     return true;
   }
 };
+
+// Keep a new reference to `objects[key]` (a setup call's dict) in `slot`; false
+// where the key is missing or None.
+inline bool take_object(PyObject* objects, const char* key, PyObject*& slot) {
+  PyObject* v = PyDict_GetItemString(objects, key);
+  if (v == nullptr) return false;
+  hold_ref(slot, v);
+  return slot != nullptr;
+}
 
 } // namespace fastfake

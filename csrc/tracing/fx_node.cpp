@@ -671,13 +671,6 @@ PyObject* intern(const char* name) {
   return PyUnicode_InternFromString(name);
 }
 
-bool take(PyObject* objects, const char* key, PyObject*& slot) {
-  PyObject* v = PyDict_GetItemString(objects, key);
-  if (v == nullptr) return false;
-  hold_ref(slot, v);
-  return slot != nullptr;
-}
-
 } // namespace
 
 bool fx_node_setup(PyObject* objects) {
@@ -742,19 +735,19 @@ bool fx_node_setup(PyObject* objects) {
     s.one = PyLong_FromLong(1);
   }
   if (!PyDict_Check(objects)) return false;
-  bool ok = take(objects, "stock", g.stock) && take(objects, "tracer_type", g.tracer_type) &&
-      take(objects, "graph_type", g.graph_type) && take(objects, "namespace_type", g.namespace_type) &&
-      take(objects, "table_type", g.table_type) && take(objects, "node_type", g.node_type) &&
-      take(objects, "immutable_dict", g.immutable_dict) && take(objects, "immutable_list", g.immutable_list) &&
-      take(objects, "sym_types", g.sym_types) && take(objects, "unsafe_targets", g.unsafe_targets) &&
-      take(objects, "special_targets", g.special_targets) && take(objects, "op_overload", g.op_overload) && take(objects, "graph_dict", g.graph_dict) &&
-      take(objects, "proxy_dict", g.proxy_dict) && take(objects, "pt_dict", g.pt_dict) &&
-      take(objects, "tb_dict", g.tb_dict) && take(objects, "fx_dict", g.fx_dict) &&
-      take(objects, "tb_module", g.tb_module) && take(objects, "autograd_dict", g.autograd_dict) &&
-      take(objects, "get_sequence_nr", g.get_sequence_nr) && take(objects, "copy_dispatch", g.copy_dispatch) &&
-      take(objects, "copy_immutable", g.copy_immutable) && take(objects, "dict_copy", g.dict_copy) &&
-      take(objects, "list_copy", g.list_copy) && take(objects, "copy_copy", g.copy_copy) &&
-      take(objects, "logger_type", g.logger_type);
+  bool ok = take_object(objects, "stock", g.stock) && take_object(objects, "tracer_type", g.tracer_type) &&
+      take_object(objects, "graph_type", g.graph_type) && take_object(objects, "namespace_type", g.namespace_type) &&
+      take_object(objects, "table_type", g.table_type) && take_object(objects, "node_type", g.node_type) &&
+      take_object(objects, "immutable_dict", g.immutable_dict) && take_object(objects, "immutable_list", g.immutable_list) &&
+      take_object(objects, "sym_types", g.sym_types) && take_object(objects, "unsafe_targets", g.unsafe_targets) &&
+      take_object(objects, "special_targets", g.special_targets) && take_object(objects, "op_overload", g.op_overload) && take_object(objects, "graph_dict", g.graph_dict) &&
+      take_object(objects, "proxy_dict", g.proxy_dict) && take_object(objects, "pt_dict", g.pt_dict) &&
+      take_object(objects, "tb_dict", g.tb_dict) && take_object(objects, "fx_dict", g.fx_dict) &&
+      take_object(objects, "tb_module", g.tb_module) && take_object(objects, "autograd_dict", g.autograd_dict) &&
+      take_object(objects, "get_sequence_nr", g.get_sequence_nr) && take_object(objects, "copy_dispatch", g.copy_dispatch) &&
+      take_object(objects, "copy_immutable", g.copy_immutable) && take_object(objects, "dict_copy", g.dict_copy) &&
+      take_object(objects, "list_copy", g.list_copy) && take_object(objects, "copy_copy", g.copy_copy) &&
+      take_object(objects, "logger_type", g.logger_type);
   if (!ok) return false;
   for (const char* key : {"graph_names", "proxy_names", "pt_names", "tb_names"}) {
     PyObject* names = PyDict_GetItemString(objects, key);

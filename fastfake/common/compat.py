@@ -782,6 +782,35 @@ def sym_register_proven() -> bool:
         return False
 
 
+#: Digest of the proxy mode's SymNode dispatch and what its plain call runs
+#: (``stock_sources.sym_dispatch_functions``) -> the releases
+#: csrc/tracing/sym_dispatch.cpp was proven on.
+SYM_DISPATCH_SOURCES: dict[str, str] = {
+    "e360d0c501377278": "2.13.0",
+    # 2.14.1 and 2.15.0 (one code): get_proxy_mode's answer wrapped in typing.cast
+    "70faf2cf3270f5f0": "2.14.1, 2.15.0",
+}
+
+
+@functools.cache
+def sym_dispatch_source_digest() -> str | None:
+    from fastfake.common.stock_sources import sym_dispatch_functions
+
+    return _source_digest(lambda source: "\n--\n".join(source(fn) for fn in sym_dispatch_functions()),
+                          SYM_DISPATCH_SOURCES)
+
+
+def sym_dispatch_proven() -> bool:
+    """``proxy_tensor.handle_sym_dispatch`` dispatches a SymNode operation as
+    csrc/tracing/sym_dispatch.cpp does: it and what its plain call runs are
+    source-identical to a release that was proven (2.9's ``__sym_dispatch__`` is
+    another code)."""
+    try:
+        return sym_dispatch_source_digest() in SYM_DISPATCH_SOURCES
+    except (ImportError, KeyError, AttributeError):
+        return False
+
+
 #: Digest of make_fx's node creation and what its plain call runs
 #: (``stock_sources.fx_node_functions``) -> the releases csrc/tracing/fx_node.cpp
 #: was proven on.

@@ -157,6 +157,24 @@ def sym_register_functions() -> list[object]:
     ]
 
 
+def sym_dispatch_functions() -> list[object]:
+    """The stock code csrc/tracing/sym_dispatch.cpp stands for:
+    ``handle_sym_dispatch`` and what its plain call runs (``get_proxy_mode``, the
+    pre-dispatch state's reader and ``get``, ``disable_proxy_modes_tracing`` and the
+    ``_disable_infra_mode`` / ``_unset_infra_mode`` / ``_push_mode`` it enters and
+    leaves, ``ProxyTorchDispatchMode.__sym_dispatch__``)."""
+    import torch._ops as ops
+    from torch.fx.experimental import proxy_tensor as pt
+    from torch.utils import _python_dispatch as pd
+
+    return [
+        pt.handle_sym_dispatch, pt.get_proxy_mode, pt.disable_proxy_modes_tracing.__wrapped__,
+        vars(pt.ProxyTorchDispatchMode)["__sym_dispatch__"], pd._disable_infra_mode, pd._unset_infra_mode,
+        pd._push_mode, ops._get_dispatch_mode_pre_dispatch, ops.mode_stack_state_for_pre_dispatch,
+        vars(ops._ModeStackStateForPreDispatch)["get"], vars(ops._ModeStackStateForPreDispatch)["__init__"],
+    ]
+
+
 def fx_node_functions() -> list[object]:
     """The stock code csrc/tracing/fx_node.cpp stands for: make_fx's tracer's
     ``create_node`` and what its plain call runs (``TracerBase.create_node``,

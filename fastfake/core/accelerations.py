@@ -284,6 +284,16 @@ ACCELERATIONS: tuple[Acceleration, ...] = (
         counts="ext:sym_register_counts,sym_register_set_counts",
         module="csrc/tracing/sym_register.cpp, fastfake/tracing/sym_register.py"),
     Acceleration(
+        "sym_dispatch", "the proxy mode's SymNode dispatch",
+        "`proxy_tensor.handle_sym_dispatch` (every SymNode operation under make_fx: `get_proxy_mode`, the context that takes the proxy mode off the dispatch stack and puts it back, `__sym_dispatch__`'s multiply-by-one peephole, the operation and its record) for plain calls: no pre-dispatch mode, stock's mode class and method, positional arguments in a tuple",
+        "stock's function and what its plain call runs source-identical to a proven release, the module names it relies on checked per call; the mode taken off and put back by the bindings stock calls, the operation and `_sym_register` called as stock calls them; self-test",
+        ("sym_dispatch.served",), "sym_dispatch.", "either",
+        available="fastfake.tracing.sym_dispatch:available",
+        apply="fastfake.tracing.sym_dispatch:apply",
+        crosscheck="after every served call the dispatch stack is as before (same length, the proxy mode back) and the operation's result has its proxy slot",
+        counts="ext:sym_dispatch_counts,sym_dispatch_set_counts",
+        module="csrc/tracing/sym_dispatch.cpp, fastfake/tracing/sym_dispatch.py"),
+    Acceleration(
         "fx_node", "make_fx's node creation",
         "`PythonKeyTracer.create_node` (with `TracerBase.create_node` and `Graph.create_node`: every node make_fx records) for plain calls: a call_function node of a builtin or Python function, arguments of nodes and plain leaves, stock's graph classes, no hooks",
         "stock's method and everything its plain call runs source-identical to a proven release, the module names it relies on checked per call; Node, the insert point and the lookup table's insert are stock's own code; self-test",
