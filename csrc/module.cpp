@@ -27,6 +27,7 @@
 #include "tracing/sym_register.h"
 #include "tracing/fx_node.h"
 #include "tracing/sym_dispatch.h"
+#include "tracing/dce_pred.h"
 
 #include <pybind11/pybind11.h>
 #include <torch/csrc/utils/pybind.h>
@@ -424,6 +425,16 @@ PYBIND11_MODULE(_C, m) {
   m.def("set_sym_dispatch_check", [](py::handle check) { sym_dispatch_set_check(check.ptr()); });
   m.def("sym_dispatch_counts", []() { return sym_dispatch_counts(); });
   m.def("sym_dispatch_set_counts", [](const std::map<std::string, uint64_t>& c) { sym_dispatch_set_counts(c); });
+  m.def(
+      "setup_dce_pred", [](py::handle objects) { return dce_pred_setup(objects.ptr()); },
+      "Binds what make_fx's dead-code predicate in C reads and calls (csrc/tracing/dce_pred.cpp).");
+  m.def(
+      "dce_pred_new",
+      [](py::handle stock) { return steal_or_throw(dce_pred_new(stock.ptr())); },
+      "A predicate standing for one impure_pred during one elimination (csrc/tracing/dce_pred.cpp).");
+  m.def("dce_pred_enable", [](bool on) { dce_pred_enable(on); });
+  m.def("dce_pred_counts", []() { return dce_pred_counts(); });
+  m.def("dce_pred_set_counts", [](const std::map<std::string, uint64_t>& c) { dce_pred_set_counts(c); });
   m.def(
       "setup_functional_dispatch",
       [](py::handle mode_type, py::handle tensor_type, py::handle stock, py::handle facts, py::handle wrap_outputs,
@@ -835,12 +846,14 @@ PYBIND11_MODULE(_C, m) {
           fx_node_inject_fault(n);
         } else if (kind == "sym_dispatch") {
           sym_dispatch_inject_fault(n);
+        } else if (kind == "dce_pred") {
+          dce_pred_inject_fault(n);
         } else {
           throw py::value_error(
               "_inject_fault: kind is 'dtype', 'device', 'convert', 'portable', 'portable_admit', "
               "'portable_commit', 'rerun', "
               "'symnode', 'symnode_expr', 'symnode_int', 'item_memo', 'pytree', 'config_attr', "
-              "'functional_dispatch', 'proxy_dispatch', 'proxy_dispatch_syms', 'sym_register', 'fx_node' or 'sym_dispatch'");
+              "'functional_dispatch', 'proxy_dispatch', 'proxy_dispatch_syms', 'sym_register', 'fx_node', 'sym_dispatch' or 'dce_pred'");
         }
       },
       py::arg("n"),

@@ -74,6 +74,10 @@ def test_passes_here_and_every_feature_served():
 
     if _sym_dispatch.available():
         expected.add("sym_dispatch")
+    from fastfake.tracing import dce_pred as _dce_pred
+
+    if _dce_pred.available():
+        expected.add("dce_pred")
     from fastfake.tracing import fx_node as _fx_node
 
     if _fx_node.available():

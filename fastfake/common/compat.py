@@ -811,6 +811,32 @@ def sym_dispatch_proven() -> bool:
         return False
 
 
+#: Digest of make_fx's dead-code-elimination predicate and what it reads
+#: (``stock_sources.dce_pred_functions``) -> the releases csrc/tracing/dce_pred.cpp
+#: was proven on.
+DCE_PRED_SOURCES: dict[str, str] = {
+    "01d402f6aed158c6": "2.13.0, 2.14.1, 2.15.0",
+}
+
+
+@functools.cache
+def dce_pred_source_digest() -> str | None:
+    from fastfake.common.stock_sources import dce_pred_functions
+
+    return _source_digest(lambda source: "\n--\n".join(source(fn) for fn in dce_pred_functions()),
+                          DCE_PRED_SOURCES)
+
+
+def dce_pred_proven() -> bool:
+    """make_fx's dead-code elimination asks its predicate as csrc/tracing/dce_pred.cpp
+    answers: the predicate and what it reads are source-identical to a release that
+    was proven (2.9's purity check is another code)."""
+    try:
+        return dce_pred_source_digest() in DCE_PRED_SOURCES
+    except (ImportError, KeyError, AttributeError):
+        return False
+
+
 #: Digest of make_fx's node creation and what its plain call runs
 #: (``stock_sources.fx_node_functions``) -> the releases csrc/tracing/fx_node.cpp
 #: was proven on.

@@ -175,6 +175,24 @@ def sym_dispatch_functions() -> list[object]:
     ]
 
 
+def dce_pred_functions() -> list[object]:
+    """The stock code csrc/tracing/dce_pred.cpp stands for: ``dispatch_trace`` (its
+    ``impure_pred``), ``Node.is_impure`` and the ``is_impure`` of torch._library.utils
+    it calls, ``is_accessor_node``, the ``args`` property, and the elimination's
+    loop and ``erase_node`` (what runs between two questions)."""
+    import torch._library.utils as library_utils
+    from torch.fx import graph as fx_graph
+    from torch.fx import node as fx_node
+    from torch.fx.experimental import proxy_tensor as pt
+    from torch.fx.experimental import symbolic_shapes
+
+    return [
+        pt.dispatch_trace.__wrapped__, vars(fx_node.Node)["is_impure"], library_utils.is_impure,
+        symbolic_shapes.is_accessor_node, vars(fx_node.Node)["args"].fget,
+        vars(fx_graph.Graph)["eliminate_dead_code"], vars(fx_graph.Graph)["erase_node"],
+    ]
+
+
 def fx_node_functions() -> list[object]:
     """The stock code csrc/tracing/fx_node.cpp stands for: make_fx's tracer's
     ``create_node`` and what its plain call runs (``TracerBase.create_node``,

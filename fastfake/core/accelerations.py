@@ -304,6 +304,16 @@ ACCELERATIONS: tuple[Acceleration, ...] = (
         counts="ext:fx_node_counts,fx_node_set_counts",
         module="csrc/tracing/fx_node.cpp, fastfake/tracing/fx_node.py"),
     Acceleration(
+        "dce_pred", "make_fx's dead-code predicate",
+        "`dispatch_trace`'s `impure_pred` (asked by `Graph.eliminate_dead_code` about every node of every make_fx trace: `Node.is_impure`, `is_accessor_node`, the sym values of the node and its arguments) for exact `fx.Node`s of placeholder, output, get_attr and call_function of targets that are no higher-order operators",
+        "the predicate and what it reads source-identical to a proven release, the names it reads checked per elimination; each target's purity and accessor answers taken from stock's functions on its first node (they read the target only); self-test",
+        ("dce_pred.served",), "dce_pred.", "either",
+        available="fastfake.tracing.dce_pred:available",
+        apply="fastfake.tracing.dce_pred:apply",
+        crosscheck="stock's predicate answers for every node too; the answers must be equal",
+        counts="ext:dce_pred_counts,dce_pred_set_counts",
+        module="csrc/tracing/dce_pred.cpp, fastfake/tracing/dce_pred.py"),
+    Acceleration(
         "real_inputs", "real inputs",
         "converting real tensor arguments under `allow_non_fake_inputs`",
         "the mode's own converter, as stock converts them",

@@ -1094,6 +1094,7 @@ def _groups() -> list[tuple[str, Program, bool, tuple[str, ...]]]:
         ("sym_register", _sym_register_program, True, ("cpu",)),
         ("sym_dispatch", _sym_register_program, True, ("cpu",)),
         ("fx_node", _fx_node_program, True, ("cpu",)),
+        ("dce_pred", _sym_register_program, True, ("cpu",)),
         # (records learned in the other ShapeEnv are stored, and untracked, by the
         # tables; the results are stock's whether or not: it must serve)
         ("untrack", _portable_program, True, ("cpu",)),
