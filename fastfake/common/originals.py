@@ -28,3 +28,16 @@ def patch(owner: object, name: str, replacement: object | None) -> None:
             setattr(owner, name, first)
     elif current is first or type(current) is not type(replacement):
         setattr(owner, name, replacement)
+
+
+def put(owner: object, name: str, ours: object, on: bool) -> None:
+    """fastfake's object at ``owner.<name>`` (on: recorded the original first), or,
+    off, the original back where fastfake's object is the one there (another patch
+    made since is left alone)."""
+    first = original(owner, name)  # type: ignore[arg-type]
+    current = owner.__dict__.get(name)
+    if on:
+        if current is not ours:
+            setattr(owner, name, ours)
+    elif current is ours:
+        setattr(owner, name, first)

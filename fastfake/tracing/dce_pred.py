@@ -38,7 +38,7 @@ from typing import Any
 
 from fastfake import _C
 from fastfake.common import compat as _compat
-from fastfake.common.originals import ORIGINALS, original
+from fastfake.common.originals import original, put
 
 _STATE: dict = {}
 
@@ -155,11 +155,8 @@ def apply(on: bool, crosscheck: bool = False) -> None:
     if on:
         _STATE.update(on=True, crosscheck=crosscheck)
         _C.dce_pred_enable(True)
-        if vars(graph).get("eliminate_dead_code") is not method:
-            _stock_method()  # (recorded before it is replaced)
-            graph.eliminate_dead_code = method
+        put(graph, "eliminate_dead_code", method, True)
     else:
         _STATE.update(on=False, crosscheck=False)
         _C.dce_pred_enable(False)
-        if vars(graph).get("eliminate_dead_code") is method:
-            graph.eliminate_dead_code = ORIGINALS[(graph, "eliminate_dead_code")]
+        put(graph, "eliminate_dead_code", method, False)

@@ -43,7 +43,7 @@ import torch
 
 from fastfake import _C
 from fastfake.common import compat as _compat
-from fastfake.common.originals import ORIGINALS, original
+from fastfake.common.originals import original, put
 
 _DESCRIPTOR: list = []
 
@@ -258,12 +258,9 @@ def apply(on: bool, crosscheck: bool = False) -> None:
     if on:
         _C.set_functional_dispatch_check(check if crosscheck else None)
         _C.functional_dispatch_enable(True)
-        if vars(cls).get("__torch_dispatch__") is not descriptor:
-            _stock_method()  # (recorded before it is replaced)
-            cls.__torch_dispatch__ = descriptor
+        put(cls, "__torch_dispatch__", descriptor, True)
     else:
         _C.functional_dispatch_enable(False)
         _C.set_functional_dispatch_check(None)
         _C.functional_dispatch_clear()
-        if vars(cls).get("__torch_dispatch__") is descriptor:
-            cls.__torch_dispatch__ = ORIGINALS[(cls, "__torch_dispatch__")]
+        put(cls, "__torch_dispatch__", descriptor, False)

@@ -42,7 +42,7 @@ from typing import Any, Callable
 
 from fastfake import _C
 from fastfake.common import compat as _compat
-from fastfake.common.originals import ORIGINALS, original
+from fastfake.common.originals import original, put
 
 _DESCRIPTOR: list = []
 
@@ -200,12 +200,9 @@ def apply(on: bool, crosscheck: bool = False) -> None:
     if on:
         _C.set_fx_node_check(before if crosscheck else None)
         _C.fx_node_enable(True)
-        if vars(cls).get("create_node") is not descriptor:
-            _stock_method()  # (recorded before it is replaced)
-            cls.create_node = descriptor
+        put(cls, "create_node", descriptor, True)
     else:
         _C.fx_node_enable(False)
         _C.set_fx_node_check(None)
         _C.fx_node_clear()
-        if vars(cls).get("create_node") is descriptor:
-            cls.create_node = ORIGINALS[(cls, "create_node")]
+        put(cls, "create_node", descriptor, False)

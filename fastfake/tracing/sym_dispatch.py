@@ -44,7 +44,7 @@ from typing import Any
 
 from fastfake import _C
 from fastfake.common import compat as _compat
-from fastfake.common.originals import ORIGINALS, original
+from fastfake.common.originals import original, put
 
 _FUNCTION: list = []
 
@@ -161,11 +161,8 @@ def apply(on: bool, crosscheck: bool = False) -> None:
     if on:
         _C.set_sym_dispatch_check(check if crosscheck else None)
         _C.sym_dispatch_enable(True)
-        if vars(pt).get("handle_sym_dispatch") is not fn:
-            _stock()  # (recorded before it is replaced)
-            pt.handle_sym_dispatch = fn
+        put(pt, "handle_sym_dispatch", fn, True)
     else:
         _C.sym_dispatch_enable(False)
         _C.set_sym_dispatch_check(None)
-        if vars(pt).get("handle_sym_dispatch") is fn:
-            pt.handle_sym_dispatch = ORIGINALS[(pt, "handle_sym_dispatch")]
+        put(pt, "handle_sym_dispatch", fn, False)

@@ -46,7 +46,7 @@ from typing import Any
 from fastfake import _C
 from fastfake.common import compat as _compat
 from fastfake.common import stock_sources as _stock_sources
-from fastfake.common.originals import ORIGINALS, original
+from fastfake.common.originals import original, put
 
 _FUNCTION: list = []
 
@@ -183,11 +183,8 @@ def apply(on: bool, crosscheck: bool = False) -> None:
     if on:
         _C.set_sym_register_check(check if crosscheck else None)
         _C.sym_register_enable(True)
-        if vars(pt).get("_sym_register") is not fn:
-            _stock()  # (recorded before it is replaced)
-            pt._sym_register = fn
+        put(pt, "_sym_register", fn, True)
     else:
         _C.sym_register_enable(False)
         _C.set_sym_register_check(None)
-        if vars(pt).get("_sym_register") is fn:
-            pt._sym_register = ORIGINALS[(pt, "_sym_register")]
+        put(pt, "_sym_register", fn, False)
