@@ -1251,6 +1251,9 @@ def run(
     device_ok = True
     device_msg = ""
     device_served = 0
+    # (stock's answers to a program several features share are computed once: each
+    # run makes its own mode and ShapeEnv, and the descriptions compare values)
+    stock_answers: dict = {}
     try:
         with stock_state_preserved():
             for feature, program, symbolic, devices in _groups():
@@ -1258,7 +1261,10 @@ def run(
                     continue
                 ok, msg, served = True, "", 0
                 for dev in devices:
-                    stock = _run(program, dev, symbolic, stock_device)
+                    key = (program, dev, symbolic)
+                    if key not in stock_answers:
+                        stock_answers[key] = _run(program, dev, symbolic, stock_device)
+                    stock = stock_answers[key]
                     if isinstance(stock, Exception):
                         report.skipped.append(f"{feature} on {dev}: stock raised {type(stock).__name__}")
                         continue
