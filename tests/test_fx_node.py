@@ -19,6 +19,7 @@ from fastfake import _C
 from fastfake.tracing import fx_node as fn_
 from aot_programs import compiled_encoder
 from faults import fault_turns_off_only, switched_off, unknown_source_stays_stock
+from sym_programs import env_state as _env_state
 
 pytestmark = pytest.mark.skipif(not fn_.available(), reason="fx_node is not proven on this release")
 
@@ -77,15 +78,6 @@ class _BeforeDCE:
 
     def __exit__(self, *exc):
         torch.fx.Graph.eliminate_dead_code = self.stock
-
-
-def _env_state(gm) -> tuple:
-    env = next(n.meta["val"] for n in gm.graph.nodes if n.op == "placeholder").shape[0].node.shape_env
-    return (
-        [str(g.expr) for g in env.guards],
-        sorted((str(k), str(v)) for k, v in env.replacements.items()),
-        sorted((str(k), str(v)) for k, v in env.var_to_range.items()),
-    )
 
 
 def _current(meta: dict):

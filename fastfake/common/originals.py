@@ -41,3 +41,13 @@ def put(owner: object, name: str, ours: object, on: bool) -> None:
             setattr(owner, name, ours)
     elif current is ours:
         setattr(owner, name, first)
+
+
+def stock_or_ours(owner: object, name: str, ours: object | None) -> bool:
+    """``owner.<name>`` is there and is the original (recorded now if it was not
+    yet) or fastfake's own object ``ours`` (None: not made yet): what a hook may
+    replace or take back; anything else is another patch, left alone."""
+    current = owner.__dict__.get(name)
+    if current is None:
+        return False
+    return current is original(owner, name) or (ours is not None and current is ours)  # type: ignore[arg-type]

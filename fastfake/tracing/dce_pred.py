@@ -38,7 +38,7 @@ from typing import Any
 
 from fastfake import _C
 from fastfake.common import compat as _compat
-from fastfake.common.originals import original, put
+from fastfake.common.originals import original, put, stock_or_ours
 
 _STATE: dict = {}
 
@@ -122,8 +122,7 @@ def available() -> bool:
     except ImportError:
         return False
     graph = _graph_class()
-    own = vars(graph).get("eliminate_dead_code")
-    if own is None or (own is not _stock_method() and own is not _STATE.get("method")):
+    if not stock_or_ours(graph, "eliminate_dead_code", _STATE.get("method")):
         return False
     names = _names()
     if _pred_code() is None or any(n is None for n in names) or names[1] is not __import__("torch").fx:

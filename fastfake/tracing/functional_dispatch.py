@@ -43,7 +43,7 @@ import torch
 
 from fastfake import _C
 from fastfake.common import compat as _compat
-from fastfake.common.originals import original, put
+from fastfake.common.originals import original, put, stock_or_ours
 
 _DESCRIPTOR: list = []
 
@@ -167,8 +167,7 @@ def available() -> bool:
     cls = getattr(ft, "FunctionalTensorMode", None)
     if not isinstance(cls, type):
         return False
-    own = vars(cls).get("__torch_dispatch__")
-    if own is None or (own is not _stock_method() and (not _DESCRIPTOR or own is not _DESCRIPTOR[0])):
+    if not stock_or_ours(cls, "__torch_dispatch__", _DESCRIPTOR[0] if _DESCRIPTOR else None):
         return False
     if not _compat.functional_dispatch_proven():
         return False

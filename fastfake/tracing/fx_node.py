@@ -42,7 +42,7 @@ from typing import Any, Callable
 
 from fastfake import _C
 from fastfake.common import compat as _compat
-from fastfake.common.originals import original, put
+from fastfake.common.originals import original, put, stock_or_ours
 
 _DESCRIPTOR: list = []
 
@@ -170,8 +170,7 @@ def available() -> bool:
         _unsafe_targets()
     except (ImportError, AttributeError):
         return False
-    own = vars(cls).get("create_node")
-    if own is None or (own is not _stock_method() and (not _DESCRIPTOR or own is not _DESCRIPTOR[0])):
+    if not stock_or_ours(cls, "create_node", _DESCRIPTOR[0] if _DESCRIPTOR else None):
         return False
     return _compat.fx_node_proven()
 

@@ -52,7 +52,7 @@ import torch
 
 from fastfake import _C
 from fastfake.common import compat as _compat
-from fastfake.common.originals import original, put
+from fastfake.common.originals import original, put, stock_or_ours
 
 _DESCRIPTOR: list = []
 
@@ -165,8 +165,7 @@ def available() -> bool:
     cls = getattr(pt, "ProxyTorchDispatchMode", None)
     if not isinstance(cls, type) or not isinstance(getattr(_stats, "simple_call_counter", None), dict):
         return False
-    own = vars(cls).get("__torch_dispatch__")
-    if own is None or (own is not _stock_method() and (not _DESCRIPTOR or own is not _DESCRIPTOR[0])):
+    if not stock_or_ours(cls, "__torch_dispatch__", _DESCRIPTOR[0] if _DESCRIPTOR else None):
         return False
     if any(name not in vars(pt) for name in MODULE_NAMES):
         return False

@@ -44,7 +44,7 @@ from typing import Any
 
 from fastfake import _C
 from fastfake.common import compat as _compat
-from fastfake.common.originals import original, put
+from fastfake.common.originals import original, put, stock_or_ours
 
 _FUNCTION: list = []
 
@@ -123,8 +123,7 @@ def available() -> bool:
         from torch.utils import _python_dispatch as pd
     except ImportError:
         return False
-    own = vars(pt).get("handle_sym_dispatch")
-    if own is None or (own is not _stock() and (not _FUNCTION or own is not _FUNCTION[0])):
+    if not stock_or_ours(pt, "handle_sym_dispatch", _FUNCTION[0] if _FUNCTION else None):
         return False
     import torch
 

@@ -46,7 +46,7 @@ from typing import Any
 from fastfake import _C
 from fastfake.common import compat as _compat
 from fastfake.common import stock_sources as _stock_sources
-from fastfake.common.originals import original, put
+from fastfake.common.originals import original, put, stock_or_ours
 
 _FUNCTION: list = []
 
@@ -136,8 +136,7 @@ def available() -> bool:
         from torch.utils._thunk import Thunk  # noqa: F401
     except ImportError:
         return False
-    own = vars(pt).get("_sym_register")
-    if own is None or (own is not _stock() and (not _FUNCTION or own is not _FUNCTION[0])):
+    if not stock_or_ours(pt, "_sym_register", _FUNCTION[0] if _FUNCTION else None):
         return False
     if any(name not in vars(pt) for name in module_names()):
         return False
